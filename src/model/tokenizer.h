@@ -1,0 +1,73 @@
+/* tokenizer.h - text <-> token ids from GGUF metadata.
+ *
+ * Two models, chosen by `tokenizer.ggml.model`:
+ *  - "llama": SentencePiece (scores, byte fallback <0xXX>, "▁" for spaces, a
+ *    leading space added unless `tokenizer.ggml.add_space_prefix` is false).
+ *  - "gpt2": byte-level BPE (ranked merges, GPT-2 byte<->unicode mapping) with a
+ *    pre-tokenizer chosen by `tokenizer.ggml.pre` ("llama-bpe"/"llama3",
+ *    "qwen2", "default"/"gpt-2", ...).
+ * Special tokens (control / user-defined types from `tokenizer.ggml.token_type`)
+ * are matched in the text when parse_special is set.
+ *
+ * Ownership: a tok borrows nothing from the gguf_file after tok_init returns
+ * (it copies what it needs), so the file may be closed. */
+#ifndef TKV_MODEL_TOKENIZER_H
+#define TKV_MODEL_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tierkv.h"
+
+struct gguf_file;
+struct tok;
+
+enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
+
+/* Builds the tokenizer from the file's tokenizer.* keys. TKV_ERR_FORMAT with a
+ * message when keys are missing or inconsistent (e.g. token_type length differs
+ * from tokens), TKV_ERR_UNSUPPORTED for an unknown model/pre-tokenizer. */
+int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
+	     struct tkv_error *err);
+void tok_free(struct tok *t);
+
+enum tok_kind tok_kind(const struct tok *t);
+int32_t tok_n_vocab(const struct tok *t);
+int32_t tok_bos(const struct tok *t);  /* -1 when none */
+int32_t tok_eos(const struct tok *t);  /* -1 when none */
+bool tok_add_bos(const struct tok *t); /* tokenizer.ggml.add_bos_token (SPM default true) */
+/* True for end-of-generation tokens (eos, eot, <|im_end|>, ...). */
+bool tok_is_eog(const struct tok *t, int32_t id);
+
+/* Encodes len bytes of text (any bytes; invalid UTF-8 is handled, never read past
+ * len). Writes up to n_max ids; *n_out receives the number the full encoding
+ * needs, so a call with n_max too small returns TKV_ERR_ARG and the caller can
+ * retry with *n_out. add_bos prepends BOS (if the vocab has one). */
+int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
+	       bool parse_special, int32_t *ids, size_t n_max, size_t *n_out);
+
+/* The text piece of id as stored in the vocabulary (borrowed, len in *len), or
+ * NULL for an out-of-range id. */
+const char *tok_piece(const struct tok *t, int32_t id, size_t *len);
+
+/* The bytes id stands for in output text: "▁" -> ' ', <0x0A> -> '\n', BPE bytes
+ * unmapped; control tokens give 0 bytes unless `special`. Writes up to cap bytes
+ * to buf and returns the full byte count (may exceed cap), or a negative status
+ * for an invalid id. */
+int tok_decode(const struct tok *t, int32_t id, bool special, char *buf, size_t cap);
+
+/* Streaming decode that never emits a partial UTF-8 sequence: bytes of an
+ * incomplete character wait for the next token; invalid sequences come out as
+ * U+FFFD. Zero-initialise; tok_stream_flush emits what is left. */
+struct tok_stream {
+	unsigned char pend[8];
+	size_t n_pend;
+};
+/* Appends the bytes of id; writes complete UTF-8 to out (cap bytes, needs at
+ * least 64) and returns the count written, or a negative status. */
+int tok_stream_push(const struct tok *t, struct tok_stream *s, int32_t id,
+		    char *out, size_t cap);
+int tok_stream_flush(struct tok_stream *s, char *out, size_t cap);
+
+#endif

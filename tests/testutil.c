@@ -1,0 +1,57 @@
+/* testutil.c - fixture lookup and file reading for tests. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *env_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : dflt;
+}
+
+const char *tu_model_path(const char *name)
+{
+	static char buf[4096];
+
+	snprintf(buf, sizeof buf, "%s/%s", env_or("TIERKV_MODELS", "../shared/models"), name);
+	if (access(buf, R_OK) == 0)
+		return buf;
+	snprintf(buf, sizeof buf, "%s/%s", env_or("TIERKV_BUNDLED", "models"), name);
+	if (access(buf, R_OK) == 0)
+		return buf;
+	return NULL;
+}
+
+const char *tu_vocab_path(const char *name)
+{
+	static char buf[4096];
+
+	snprintf(buf, sizeof buf, "%s/%s", env_or("TIERKV_VOCAB", "../shared/vocab"), name);
+	return buf;
+}
+
+char *tu_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+		buf = malloc((size_t)n + 1);
+		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		}
+		if (buf) {
+			buf[n] = 0;
+			if (len)
+				*len = (size_t)n;
+		}
+	}
+	fclose(f);
+	return buf;
+}
