@@ -55,6 +55,100 @@ struct tkv_alloc {
 	unsigned long long fail_count;   /* 0 = fail forever once fail_at is reached */
 };
 
+
+/* ---- model --------------------------------------------------------------
+ * A llama-family model from a GGUF file: weights (borrowed from the file's
+ * mapping, which the model owns), hyperparameters and tokenizer. */
+struct tkv_model;
+
+struct tkv_model_params {
+	struct tkv_alloc *alloc;   /* counting allocator; NULL = uncounted */
+};
+
+struct tkv_model_info {
+	char arch[32];           /* general.architecture */
+	char name[128];          /* general.name, or "" */
+	uint32_t n_vocab;
+	uint32_t n_ctx_train;    /* context length the model was trained for */
+	uint32_t dim;            /* embedding width */
+	uint32_t n_layer;
+	uint32_t n_head;         /* query heads */
+	uint32_t n_kv_head;      /* key/value heads (GQA when < n_head) */
+	uint32_t head_dim;
+	uint32_t n_ff;           /* feed-forward width */
+	uint32_t n_rot;          /* rotary dimensions per head */
+	float rope_base;
+	float rope_scale;        /* linear position scaling factor (1 = none) */
+	float rms_eps;
+	uint32_t weight_type;    /* type of the attention query weights (enum tkv_dtype numbering) */
+	uint64_t n_params;
+	uint64_t file_bytes;
+};
+
+struct tkv_model_params tkv_model_default_params(void);
+/* Loads and validates the model at path. On failure *out is NULL and err says
+ * what is wrong and where (file, tensor, key, byte offset). */
+int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_model_params *p,
+		   struct tkv_error *err);
+void tkv_model_free(struct tkv_model *m);
+void tkv_model_get_info(const struct tkv_model *m, struct tkv_model_info *out);
+/* K+V bytes one token costs over all layers with full-precision f16 storage. */
+size_t tkv_model_kv_bytes_per_token(const struct tkv_model *m);
+
+/* ---- engine and sequences -----------------------------------------------
+ * An engine runs a model for any number of sequences under one KV memory budget.
+ * Each sequence has its own paged cache, grown on demand. */
+struct tkv_engine;
+struct tkv_seq;
+
+enum tkv_kv_type { TKV_KV_F16 = 0, TKV_KV_F32 = 1 };
+
+struct tkv_engine_params {
+	int n_threads;          /* default: physical cores */
+	size_t kv_mem;          /* KV budget in bytes; 0 = unlimited (default 256 MiB) */
+	uint32_t page_tokens;   /* token slots per page (default 16) */
+	enum tkv_kv_type kv_type;
+	uint32_t n_ctx;         /* max tokens per sequence; 0 = the model's training context */
+	uint32_t n_batch;       /* prefill chunk in tokens (default 64) */
+	struct tkv_alloc *alloc;
+};
+
+struct tkv_kv_stats {
+	size_t budget;          /* bytes, 0 = unlimited */
+	size_t allocated;       /* bytes of live pages, metadata included */
+	size_t used;            /* bytes of filled slots */
+	size_t peak_allocated;
+	size_t kv_bytes;        /* K and V bytes of filled slots */
+	size_t n_pages;
+	size_t n_tokens;        /* cached tokens, summed over sequences */
+};
+
+struct tkv_engine_params tkv_engine_default_params(void);
+/* The engine borrows the model, which must outlive it. */
+int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct tkv_engine_params *p,
+		    struct tkv_error *err);
+/* Every sequence must have been freed first. */
+void tkv_engine_free(struct tkv_engine *e);
+void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out);
+
+int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *err);
+void tkv_seq_free(struct tkv_seq *s);
+/* Tokens in the sequence so far (the position of the next one). */
+uint32_t tkv_seq_n_past(const struct tkv_seq *s);
+/* Runs n tokens through the model, appending them to the sequence's cache, in
+ * chunks of n_batch. logits (may be NULL) receives n_vocab floats for the last
+ * token, or n * n_vocab (token-major) when all_logits is set. TKV_ERR_CTX_FULL
+ * past n_ctx and TKV_ERR_KV_FULL past the budget leave the sequence as it was
+ * before the failing chunk. */
+int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logits, int all_logits,
+		   struct tkv_error *err);
+
+/* ---- text ---------------------------------------------------------------- */
+/* Encodes text (len bytes) with the model's tokenizer. Writes up to n_max ids;
+ * *n_out gets the count needed (TKV_ERR_ARG when n_max is too small). */
+int tkv_tokenize(const struct tkv_model *m, const char *text, size_t len, int add_bos,
+		 int parse_special, int32_t *ids, size_t n_max, size_t *n_out);
+
 #ifdef __cplusplus
 }
 #endif

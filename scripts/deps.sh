@@ -1,0 +1,17 @@
+#!/bin/bash
+# Installs what tierkv needs to build and test on Debian 12, if it is missing.
+set -eu
+need=()
+command -v cc >/dev/null || need+=(build-essential)
+command -v cmake >/dev/null || need+=(cmake)
+[ -f /usr/include/cmocka.h ] || need+=(libcmocka-dev)
+if [ "${TKV_FUZZ_DEPS:-0}" = 1 ]; then
+	command -v clang >/dev/null || need+=(clang)
+	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo=sudo
+echo "installing: ${need[*]}"
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need[@]}"

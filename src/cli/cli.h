@@ -1,0 +1,52 @@
+/* cli.h - the tierkv command line: shared argument helpers and subcommands.
+ *
+ * Exit codes everywhere: 0 ok, 1 runtime error, 2 usage error. Only the
+ * subcommand functions (called from main) decide them. */
+#ifndef TKV_CLI_CLI_H
+#define TKV_CLI_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLI_OK 0
+#define CLI_ERR 1
+#define CLI_USAGE 2
+
+/* Argument cursor over argv for one subcommand. */
+struct cli_args {
+	int argc;
+	char **argv;
+	int i;             /* next argument */
+	const char *cmd;   /* subcommand name, for messages */
+};
+
+/* Prints "tierkv CMD: <message>" and a pointer to --help to stderr; returns CLI_USAGE. */
+int cli_usage_error(const struct cli_args *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* The value after option opt (argv[i]); NULL (after a usage message) if missing. */
+const char *cli_value(struct cli_args *a, const char *opt);
+/* Parsers: return 0 on success, or print a usage error and return CLI_USAGE. */
+int cli_int(struct cli_args *a, const char *opt, long min, long max, long *out);
+int cli_float(struct cli_args *a, const char *opt, double min, double max, double *out);
+int cli_u64(struct cli_args *a, const char *opt, uint64_t *out);
+/* Byte sizes: "4096", "512K", "256M", "1G" (powers of 1024; "KiB"/"MB" accepted). */
+int cli_size(struct cli_args *a, const char *opt, size_t *out);
+/* Parses a size string; 0 on success. */
+int cli_parse_size(const char *s, size_t *out);
+/* Formats bytes as "1.50 MiB" into buf. */
+const char *cli_fmt_bytes(char *buf, size_t cap, double bytes);
+/* The bundled model: next to the executable (../models, ./models), then the
+ * source tree's models/. NULL when none is readable. */
+const char *cli_bundled_model(void);
+/* Reads a whole file (malloc'd, NUL-terminated); NULL and a message on error. */
+char *cli_read_file(const char *path, size_t *len);
+/* Peak resident set size of this process in bytes. */
+size_t cli_peak_rss(void);
+/* Monotonic seconds. */
+double cli_now(void);
+
+int cli_run(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+
+#endif

@@ -1,0 +1,47 @@
+/* main.c - `tierkv` entry point: dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tierkv COMMAND [options]\n"
+		"\n"
+		"commands:\n"
+		"  run        generate text from a prompt (default model: the bundled stories260K)\n"
+		"  inspect    print a GGUF model's metadata, tensors and KV bytes per token\n"
+		"  tokenize   print the tokens of a text\n"
+		"\n"
+		"'tierkv COMMAND --help' describes each command's options.\n"
+		"Exit codes: 0 ok, 1 runtime error, 2 usage error.\n");
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd;
+
+	if (argc < 2) {
+		usage(stderr);
+		return CLI_USAGE;
+	}
+	cmd = argv[1];
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		usage(stdout);
+		return CLI_OK;
+	}
+	if (!strcmp(cmd, "--version")) {
+		printf("tierkv 0.1.0\n");
+		return CLI_OK;
+	}
+	if (!strcmp(cmd, "run"))
+		return cli_run(argc - 1, argv + 1);
+	if (!strcmp(cmd, "inspect"))
+		return cli_inspect(argc - 1, argv + 1);
+	if (!strcmp(cmd, "tokenize"))
+		return cli_tokenize(argc - 1, argv + 1);
+	fprintf(stderr, "tierkv: unknown command '%s'\n", cmd);
+	usage(stderr);
+	return CLI_USAGE;
+}

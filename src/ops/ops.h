@@ -1,0 +1,52 @@
+/* ops.h - the numeric kernels of the forward pass (scalar reference versions).
+ *
+ * Vectors are float arrays; weights are rows of any supported tkv_dtype, read in
+ * place from the model mapping. Nothing here allocates or knows about policies.
+ * Threaded entry points take a tpool (may be NULL = caller only). */
+#ifndef TKV_OPS_OPS_H
+#define TKV_OPS_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tpool;
+
+/* A weight matrix: rows x cols elements of `type`, row-major, each row
+ * row_bytes long (borrowed from the model). y = W x means y[r] = dot(W[r], x). */
+struct ops_mat {
+	const void *data;
+	uint32_t type;     /* enum tkv_dtype */
+	int64_t rows;      /* output features */
+	int64_t cols;      /* input features (a multiple of the type's block size) */
+	size_t row_bytes;
+};
+
+/* f16 / bf16 <-> f32, round to nearest even, NaN and Inf preserved. */
+float ops_f16_to_f32(uint16_t h);
+uint16_t ops_f32_to_f16(float f);
+float ops_bf16_to_f32(uint16_t h);
+uint16_t ops_f32_to_bf16(float f);
+
+/* True when the matmul kernels can read weights of this type. */
+bool ops_type_supported(uint32_t type);
+/* Dequantizes n elements (a multiple of the block size) of a row of `type`. */
+void ops_dequant_row(uint32_t type, const void *row, float *out, int64_t n);
+/* dot(row of type, x) over n elements. */
+float ops_dot_row(uint32_t type, const void *row, const float *x, int64_t n);
+
+/* Y (n, rows) = X (n, cols) · Wᵀ, split over the pool by rows. */
+void ops_matmul(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n);
+
+/* o = x / rms(x) * w, over n elements (o may alias x). */
+void ops_rmsnorm(float *o, const float *x, const float *w, int n, float eps);
+/* In-place softmax over n elements. */
+void ops_softmax(float *x, int n);
+/* Rotary embedding on n_heads heads of head_dim, rotating adjacent pairs
+ * (x[2i], x[2i+1]) of the first n_rot dims by pos * inv_freq[i]. inv_freq has
+ * n_rot/2 entries (base^(-2i/n_rot), already divided by any scaling factors). */
+void ops_rope(float *x, int n_heads, int head_dim, int n_rot, float pos, const float *inv_freq);
+/* h = silu(g) * u, elementwise over n (h may alias g). */
+void ops_swiglu(float *h, const float *g, const float *u, int n);
+
+#endif

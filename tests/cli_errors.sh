@@ -1,0 +1,77 @@
+#!/bin/bash
+# The CLI's contract on bad input: a clear message on stderr and exit code 2
+# for usage errors, 1 for runtime errors, never a crash (exit code >= 128).
+set -u
+bin=${TIERKV_BIN:?}
+models=${TIERKV_MODELS:-../shared/models}
+model=$models/stories260K.gguf
+[ -r "$model" ] || model=${TIERKV_BUNDLED:?}/stories260K.gguf
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+expect() { # want-exit stderr-pattern args...
+	local want=$1 pat=$2
+	shift 2
+	"$bin" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+	local got=$?
+	if [ "$got" -ne "$want" ]; then
+		echo "FAIL tierkv $*: exit $got, want $want; stderr: $(head -c 300 "$tmp/err")"
+		fail=$((fail + 1))
+	elif [ -n "$pat" ] && ! grep -qE -- "$pat" "$tmp/err"; then
+		echo "FAIL tierkv $*: stderr lacks /$pat/: $(head -c 300 "$tmp/err")"
+		fail=$((fail + 1))
+	else
+		pass=$((pass + 1))
+	fi
+}
+
+# help and usage
+for c in run inspect tokenize; do
+	expect 0 "" $c --help
+	expect 2 "unknown option" $c --bogus
+done
+expect 0 "" --help
+expect 2 "unknown command" frobnicate
+expect 2 "" 
+expect 2 "needs a value" run -m
+expect 2 "not an integer" run -m "$model" -n abc
+expect 2 "out of range" run -m "$model" --top-p 2
+expect 2 "out of range" run -m "$model" -t 0
+expect 2 "not a size" run -m "$model" --kv-mem 12Q
+expect 2 "not f16 or f32" run -m "$model" --kv-type q3
+expect 2 "not both" run -m "$model" -p a -f b
+expect 2 "no text" tokenize -m "$model"
+expect 2 "no model given" inspect
+
+# runtime errors
+expect 1 "cannot open|No such file" run -m "$tmp/missing.gguf" -n 4
+expect 1 "cannot open" run -m "$model" -f "$tmp/missing.txt"
+head -c 1000 "$model" >"$tmp/trunc.gguf"
+expect 1 "trunc.gguf" run -m "$tmp/trunc.gguf" -n 4
+expect 1 "trunc.gguf" inspect "$tmp/trunc.gguf"
+expect 1 "trunc.gguf" tokenize -m "$tmp/trunc.gguf" -p hi
+head -c 100000 /dev/urandom >"$tmp/noise.gguf"
+expect 1 "noise.gguf" run -m "$tmp/noise.gguf" -n 4
+printf 'GGUF\3\0\0\0' >"$tmp/short.gguf"
+expect 1 "short.gguf" run -m "$tmp/short.gguf" -n 4
+expect 1 "" run -m /dev/null -n 4
+expect 1 "" run -m "$tmp" -n 4
+# a prompt longer than the context
+for i in $(seq 300); do printf 'Once upon a time '; done >"$tmp/long.txt"
+expect 1 "context" run -m "$model" -f "$tmp/long.txt" -n 4
+# a KV budget too small for the prompt
+expect 1 "budget" run -m "$model" -p "Once upon a time" -n 8 --kv-mem 4K
+# a budget that runs out during generation: the text so far is printed
+expect 1 "budget" run -m "$model" --temp 0 -n 400 --kv-mem 64K
+if [ -s "$tmp/out" ]; then pass=$((pass + 1)); else echo "FAIL: no text before the budget ran out"; fail=$((fail + 1)); fi
+
+# success paths of the other commands
+expect 0 "" tokenize -m "$model" -p "Hello world" --ids
+if grep -qE '^\[1, [0-9, ]+\]$' "$tmp/out"; then pass=$((pass + 1)); else echo "FAIL: tokenize --ids printed $(cat "$tmp/out")"; fail=$((fail + 1)); fi
+expect 0 "" inspect "$model"
+if grep -q "KV bytes per token: 640 (f16)" "$tmp/out"; then pass=$((pass + 1)); else echo "FAIL: inspect lacks the KV bytes per token"; fail=$((fail + 1)); fi
+expect 0 "" run --temp 0 -n 8
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
