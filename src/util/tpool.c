@@ -10,13 +10,13 @@
  *    worker has read them.
  *  - Between runs a worker spins on gen for up to TPOOL_SPIN_NS (50 us: longer
  *    than the serial gaps between the ~100 runs of a decode step, because a
- *    condvar wakeup costs 5-100+ us, worst on VMs with halted vCPUs), then sleeps on
- *    a condition variable (no spinning when there are more threads than CPUs).
- *    It announces sleeping by incrementing n_sleeping
- *    under the mutex and then rechecks gen; the caller bumps gen and then reads
+ *    condvar wakeup costs 5-100+ us, worst on VMs with halted vCPUs), then
+ *    sleeps on a condition variable. No spinning when there are more threads
+ *    than CPUs. A worker announces sleeping by incrementing n_sleeping under
+ *    the mutex and then rechecks gen; the caller bumps gen and then reads
  *    n_sleeping (both seq_cst), so either the worker sees the new gen or the
- *    caller sees the sleeper and broadcasts under the mutex: no lost wakeup, and
- *    no mutex traffic at all while the workers are spinning.
+ *    caller sees the sleeper and broadcasts under the mutex: no lost wakeup,
+ *    and no mutex traffic at all while the workers are spinning.
  *  - tpool_free sets `stop`, bumps gen, broadcasts and joins every worker. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #include "util/tpool.h"
