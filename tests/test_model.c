@@ -1,0 +1,335 @@
+/* test_model.c - model loading, the forward pass and the engine's contract:
+ * chunking does not change results, budgets and context limits fail cleanly
+ * and leave the sequence usable, corrupt metadata is rejected with a message,
+ * and every allocation failure during load and generation is TKV_ERR_NOMEM
+ * with nothing leaked. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "tierkv.h"
+
+/* Logits of the same tokens through different chunkings differ only by float
+ * summation order inside matmuls: well under 1e-3 on logits of magnitude ~10. */
+#define TOL_CHUNK_LOGIT 1e-3f
+
+static const char *model_path(void)
+{
+	const char *p = tu_model_path("stories260K.gguf");
+
+	assert_non_null(p);
+	return p;
+}
+
+static struct tkv_model *load(void)
+{
+	struct tkv_model *m = NULL;
+	struct tkv_error err = { 0 };
+
+	assert_int_equal(tkv_model_load(&m, model_path(), NULL, &err), TKV_OK);
+	return m;
+}
+
+static void test_info(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_model_info in;
+
+	(void)state;
+	tkv_model_get_info(m, &in);
+	assert_string_equal(in.arch, "llama");
+	assert_int_equal(in.n_vocab, 512);
+	assert_int_equal(in.n_ctx_train, 512);
+	assert_int_equal(in.dim, 64);
+	assert_int_equal(in.n_layer, 5);
+	assert_int_equal(in.n_head, 8);
+	assert_int_equal(in.n_kv_head, 4);
+	assert_int_equal(in.head_dim, 8);
+	assert_int_equal(in.n_ff, 172);
+	assert_int_equal(in.n_rot, 8);
+	assert_true(fabsf(in.rope_base - 10000.0f) < 1e-3f);
+	assert_true(fabsf(in.rms_eps - 1e-5f) < 1e-9f);
+	/* 2 (K,V) x 5 layers x 4 heads x 8 dims x 2 bytes */
+	assert_int_equal(tkv_model_kv_bytes_per_token(m), 640);
+	tkv_model_free(m);
+	tkv_model_free(NULL);
+}
+
+static int32_t prompt_ids[] = { 1, 403, 407, 261, 378, 36, 261, 491, 65, 296, 395, 264, 373, 289, 45, 292 };
+#define N_PROMPT (sizeof prompt_ids / sizeof prompt_ids[0])
+
+/* Last-token logits of prompt_ids with a given chunk size and KV type. */
+static void run_prompt(struct tkv_model *m, uint32_t n_batch, enum tkv_kv_type kt, float *logits, float *all)
+{
+	struct tkv_engine_params p = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = { 0 };
+
+	p.n_batch = n_batch;
+	p.kv_type = kt;
+	p.n_threads = 2;
+	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	if (all)
+		assert_int_equal(tkv_seq_decode(s, prompt_ids, N_PROMPT, all, 1, &err), TKV_OK);
+	else
+		assert_int_equal(tkv_seq_decode(s, prompt_ids, N_PROMPT, logits, 0, &err), TKV_OK);
+	assert_int_equal(tkv_seq_n_past(s), N_PROMPT);
+	if (all)
+		memcpy(logits, all + (N_PROMPT - 1) * 512, 512 * sizeof(float));
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+}
+
+static void test_chunking_invariant(void **state)
+{
+	struct tkv_model *m = load();
+	float ref[512], got[512], *all = malloc(N_PROMPT * 512 * sizeof(float));
+	uint32_t batches[] = { 1, 3, 7, 64 };
+
+	(void)state;
+	assert_non_null(all);
+	run_prompt(m, 16, TKV_KV_F32, ref, NULL);
+	for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+		run_prompt(m, batches[b], TKV_KV_F32, got, NULL);
+		for (int i = 0; i < 512; i++)
+			assert_true(fabsf(got[i] - ref[i]) < TOL_CHUNK_LOGIT);
+	}
+	/* all-logits mode: the last row equals the last-token logits */
+	run_prompt(m, 5, TKV_KV_F32, got, all);
+	for (int i = 0; i < 512; i++)
+		assert_true(fabsf(got[i] - ref[i]) < TOL_CHUNK_LOGIT);
+	/* the f16 cache agrees on the argmax and to within f16 rounding */
+	run_prompt(m, 16, TKV_KV_F16, got, NULL);
+	for (int i = 0; i < 512; i++)
+		assert_true(fabsf(got[i] - ref[i]) < 0.05f);
+	free(all);
+	tkv_model_free(m);
+}
+
+static void test_bad_tokens_and_context(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_engine_params p = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = { 0 };
+	int32_t bad[] = { 1, 512 }, neg[] = { -1 };
+	float logits[512];
+
+	(void)state;
+	p.n_ctx = 8;
+	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(s, bad, 2, logits, 0, &err), TKV_ERR_ARG);
+	assert_non_null(strstr(err.msg, "out of range"));
+	assert_int_equal(tkv_seq_decode(s, neg, 1, logits, 0, &err), TKV_ERR_ARG);
+	assert_int_equal(tkv_seq_decode(s, prompt_ids, 0, logits, 0, &err), TKV_ERR_ARG);
+	assert_int_equal(tkv_seq_n_past(s), 0);
+	assert_int_equal(tkv_seq_decode(s, prompt_ids, 9, logits, 0, &err), TKV_ERR_CTX_FULL);
+	assert_int_equal(tkv_seq_n_past(s), 0);
+	assert_int_equal(tkv_seq_decode(s, prompt_ids, 8, logits, 0, &err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(s, prompt_ids, 1, logits, 0, &err), TKV_ERR_CTX_FULL);
+	assert_int_equal(tkv_seq_n_past(s), 8);
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
+/* With a budget of a few pages, decoding stops with TKV_ERR_KV_FULL, the budget
+ * is never exceeded, and the sequence keeps what it had. */
+static void test_kv_budget(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_engine_params p = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = { 0 };
+	struct tkv_kv_stats ks;
+	float logits[512];
+	uint32_t n = 0;
+	int st;
+
+	(void)state;
+	p.kv_mem = 40000;
+	p.page_tokens = 4;
+	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	for (;;) {
+		st = tkv_seq_decode(s, &prompt_ids[n % N_PROMPT], 1, logits, 0, &err);
+		tkv_engine_kv_stats(e, &ks);
+		assert_true(ks.allocated <= p.kv_mem);
+		if (st)
+			break;
+		n++;
+		assert_true(n < 512);
+	}
+	assert_int_equal(st, TKV_ERR_KV_FULL);
+	assert_non_null(strstr(err.msg, "budget"));
+	assert_int_equal(tkv_seq_n_past(s), n);
+	assert_true(n > 0 && n % 4 == 0); /* stopped exactly at a page boundary */
+	assert_int_equal(ks.n_tokens, n);
+	tkv_seq_free(s);
+	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(ks.allocated, 0);
+	assert_int_equal(ks.n_pages, 0);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
+/* Pages are taken as the sequence grows, never for the whole context. */
+static void test_on_demand(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_engine_params p = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = { 0 };
+	struct tkv_kv_stats ks;
+	float logits[512];
+
+	(void)state;
+	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(ks.allocated, 0);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(s, prompt_ids, 1, logits, 0, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(ks.n_pages, 5 * 4); /* one page per (layer, KV head) */
+	assert_int_equal(ks.kv_bytes, 640);
+	assert_int_equal(tkv_seq_decode(s, prompt_ids, N_PROMPT, logits, 0, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(ks.n_pages, 5 * 4 * 2); /* 17 tokens: two 16-slot pages per stream */
+	assert_int_equal(ks.kv_bytes, 640 * (1 + N_PROMPT));
+	assert_true(ks.allocated >= ks.used);
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
+/* Every allocation during load, engine setup and generation, made to fail in
+ * turn: each is reported as TKV_ERR_NOMEM and nothing leaks. */
+static void test_alloc_failures(void **state)
+{
+	int n_fail = 0;
+
+	(void)state;
+	for (unsigned long long n = 1;; n++) {
+		struct tkv_alloc a = { 0 };
+		struct tkv_model_params mp = tkv_model_default_params();
+		struct tkv_engine_params ep = tkv_engine_default_params();
+		struct tkv_model *m = NULL;
+		struct tkv_engine *e = NULL;
+		struct tkv_seq *s = NULL;
+		struct tkv_error err = { 0 };
+		float logits[512];
+		int st;
+
+		a.fail_at = n;
+		mp.alloc = &a;
+		ep.alloc = &a;
+		ep.n_threads = 2;
+		ep.n_batch = 4;
+		st = tkv_model_load(&m, model_path(), &mp, &err);
+		if (!st)
+			st = tkv_engine_init(&e, m, &ep, &err);
+		if (!st)
+			st = tkv_seq_init(&s, e, &err);
+		if (!st)
+			st = tkv_seq_decode(s, prompt_ids, N_PROMPT, logits, 0, &err);
+		for (int i = 0; !st && i < 20; i++) {
+			int32_t id = prompt_ids[i % N_PROMPT];
+
+			st = tkv_seq_decode(s, &id, 1, logits, 0, &err);
+		}
+		tkv_seq_free(s);
+		tkv_engine_free(e);
+		tkv_model_free(m);
+		assert_int_equal(atomic_load(&a.live), 0);
+		if (st == TKV_OK) {
+			assert_true(a.n_calls < n);   /* no failure left to inject */
+			break;
+		}
+		if (st != TKV_ERR_NOMEM)
+			fail_msg("allocation %llu: status %d (%s), want NOMEM", n, st, err.msg);
+		n_fail++;
+	}
+	assert_true(n_fail > 20);
+}
+
+/* Writes the fixture with `patch` bytes at the value of `key` and expects the
+ * load to fail with status want and a message containing `needle`. */
+static void expect_patched(const char *key, const void *patch, size_t n, int want, const char *needle)
+{
+	size_t len = 0, klen = strlen(key);
+	char *buf = tu_read_file(model_path(), &len);
+	char path[] = "/tmp/tkv_patched_XXXXXX";
+	struct tkv_model *m = NULL;
+	struct tkv_error err = { 0 };
+	FILE *f;
+	int fd, st;
+	char *hit = NULL;
+
+	assert_non_null(buf);
+	for (size_t i = 8; i + klen + 12 < len; i++) {
+		uint64_t l;
+
+		memcpy(&l, buf + i - 8, 8);
+		if (l == klen && !memcmp(buf + i, key, klen)) {
+			hit = buf + i + klen + 4; /* skip the u32 value type */
+			break;
+		}
+	}
+	assert_non_null(hit);
+	memcpy(hit, patch, n);
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "wb");
+	assert_int_equal(fwrite(buf, 1, len, f), len);
+	fclose(f);
+	st = tkv_model_load(&m, path, NULL, &err);
+	unlink(path);
+	free(buf);
+	assert_null(m);
+	assert_int_equal(st, want);
+	if (!strstr(err.msg, needle))
+		fail_msg("message '%s' lacks '%s'", err.msg, needle);
+}
+
+static void test_bad_metadata(void **state)
+{
+	uint32_t v;
+
+	(void)state;
+	v = 6;
+	expect_patched("llama.block_count", &v, 4, TKV_ERR_FORMAT, "blk.5");
+	v = 7;
+	expect_patched("llama.attention.head_count", &v, 4, TKV_ERR_FORMAT, "heads");
+	v = 3;
+	expect_patched("llama.attention.head_count_kv", &v, 4, TKV_ERR_FORMAT, "KV heads");
+	v = 65;
+	expect_patched("llama.embedding_length", &v, 4, TKV_ERR_FORMAT, "");
+	v = 0;
+	expect_patched("llama.feed_forward_length", &v, 4, TKV_ERR_FORMAT, "zero");
+	v = 171;
+	expect_patched("llama.feed_forward_length", &v, 4, TKV_ERR_FORMAT, "ffn_gate");
+	expect_patched("general.architecture", "\x05\0\0\0\0\0\0\0gpt99", 13, TKV_ERR_UNSUPPORTED, "gpt99");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_info),
+		cmocka_unit_test(test_chunking_invariant),
+		cmocka_unit_test(test_bad_tokens_and_context),
+		cmocka_unit_test(test_kv_budget),
+		cmocka_unit_test(test_on_demand),
+		cmocka_unit_test(test_bad_metadata),
+		cmocka_unit_test(test_alloc_failures),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
