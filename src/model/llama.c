@@ -439,7 +439,8 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 				kv_seq_append(seq, l, h, pos0 + (int32_t)i, s->k + i * kvd + (size_t)h * hd,
 					      s->v + i * kvd + (size_t)h * hd);
 		}
-		tpool_run(tp, attn_worker, &aj);
+		/* small attention work runs on the caller: a wake-up costs more */
+		tpool_run((size_t)n * in->n_head * (base + n) * hd < 65536 ? NULL : tp, attn_worker, &aj);
 		ops_matmul(tp, &L->wo, s->ao, s->o, (int)n);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[i];

@@ -199,10 +199,16 @@ static void matmul_worker(void *ctx, int ith, int nth)
 	}
 }
 
+/* Below this many multiply-adds a matmul runs on the caller alone: waking the
+ * workers costs more than the work (tiny models, the last rows of a split). */
+#define OPS_MATMUL_MIN_PARALLEL 65536
+
 void ops_matmul(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n)
 {
 	struct matmul_job j = { w, x, y, n };
 
+	if ((double)w->rows * (double)w->cols * n < OPS_MATMUL_MIN_PARALLEL)
+		tp = NULL;
 	tpool_run(tp, matmul_worker, &j);
 }
 
