@@ -7,7 +7,8 @@
  *    pre-tokenizer chosen by `tokenizer.ggml.pre` ("llama-bpe"/"llama3",
  *    "qwen2", "default"/"gpt-2", ...).
  * Special tokens (control / user-defined types from `tokenizer.ggml.token_type`)
- * are matched in the text when parse_special is set.
+ * are matched in the text when parse_special is set (user-defined ones always).
+ * Encoding matches llama.cpp's llama_tokenize token for token.
  *
  * Ownership: a tok borrows nothing from the gguf_file after tok_init returns
  * (it copies what it needs), so the file may be closed. */
@@ -37,6 +38,11 @@ int32_t tok_n_vocab(const struct tok *t);
 int32_t tok_bos(const struct tok *t);  /* -1 when none */
 int32_t tok_eos(const struct tok *t);  /* -1 when none */
 bool tok_add_bos(const struct tok *t); /* tokenizer.ggml.add_bos_token (SPM default true) */
+/* True when encoding adds a leading space (SPM default), so a detokenizer drops
+ * the space that starts the first decoded piece. */
+bool tok_add_space_prefix(const struct tok *t);
+/* True for control and unknown tokens (the ones tok_decode hides unless special). */
+bool tok_is_control(const struct tok *t, int32_t id);
 /* True for end-of-generation tokens (eos, eot, <|im_end|>, ...). */
 bool tok_is_eog(const struct tok *t, int32_t id);
 
@@ -59,15 +65,22 @@ int tok_decode(const struct tok *t, int32_t id, bool special, char *buf, size_t 
 
 /* Streaming decode that never emits a partial UTF-8 sequence: bytes of an
  * incomplete character wait for the next token; invalid sequences come out as
- * U+FFFD. Zero-initialise; tok_stream_flush emits what is left. */
+ * U+FFFD (one per maximal invalid subpart). Control tokens add nothing.
+ * Zero-initialise; tok_stream_flush emits what is left. */
 struct tok_stream {
 	unsigned char pend[8];
 	size_t n_pend;
 };
-/* Appends the bytes of id; writes complete UTF-8 to out (cap bytes, needs at
- * least 64) and returns the count written, or a negative status. */
+/* Appends the bytes of id; writes complete UTF-8 to out (cap bytes) and returns
+ * the count written, or a negative status. 64 bytes are enough for common
+ * pieces; tok_stream_min_cap(t) bytes are enough for every piece of the vocab.
+ * When the output does not fit, returns TKV_ERR_ARG and leaves s unchanged. */
 int tok_stream_push(const struct tok *t, struct tok_stream *s, int32_t id,
 		    char *out, size_t cap);
+/* Emits U+FFFD for an incomplete character still pending (needs cap >= 3 then)
+ * and resets s; returns the count written. */
 int tok_stream_flush(struct tok_stream *s, char *out, size_t cap);
+/* Output room that makes tok_stream_push always succeed with this vocab. */
+size_t tok_stream_min_cap(const struct tok *t);
 
 #endif
