@@ -128,28 +128,20 @@ static void gguf_w_put_str(struct gguf_w_buf *b, const char *s, uint64_t len)
 	gguf_w_put(b, s, (size_t)len);
 }
 
-/* Raw bits of one element of type t at p (host order), for gguf_w_put_le. */
+/* Raw bits of one element of type t at p (host order, any alignment), for
+ * gguf_w_put_le. */
 static uint64_t gguf_w_elem_bits(enum gguf_type t, const void *p)
 {
-	switch (t) {
-	case GGUF_TYPE_UINT8: case GGUF_TYPE_BOOL: return *(const uint8_t *)p;
-	case GGUF_TYPE_INT8: return (uint8_t)*(const int8_t *)p;
-	case GGUF_TYPE_UINT16: return *(const uint16_t *)p;
-	case GGUF_TYPE_INT16: return (uint16_t)*(const int16_t *)p;
-	case GGUF_TYPE_UINT32: return *(const uint32_t *)p;
-	case GGUF_TYPE_INT32: return (uint32_t)*(const int32_t *)p;
-	case GGUF_TYPE_UINT64: return *(const uint64_t *)p;
-	case GGUF_TYPE_INT64: return (uint64_t)*(const int64_t *)p;
-	case GGUF_TYPE_FLOAT32: {
-		uint32_t u;
-		memcpy(&u, p, 4);
-		return u;
-	}
-	case GGUF_TYPE_FLOAT64: {
-		uint64_t u;
-		memcpy(&u, p, 8);
-		return u;
-	}
+	uint8_t u8;
+	uint16_t u16;
+	uint32_t u32;
+	uint64_t u64;
+
+	switch (gguf_w_elem_size[t]) {
+	case 1: memcpy(&u8, p, 1); return u8;
+	case 2: memcpy(&u16, p, 2); return u16;
+	case 4: memcpy(&u32, p, 4); return u32;
+	case 8: memcpy(&u64, p, 8); return u64;
 	default: return 0;
 	}
 }
@@ -601,7 +593,9 @@ static int gguf_w_start(struct gguf_w *w)
 	rc = gguf_w_emit(w, hdr.p, hdr.len);
 	if (rc)
 		goto out_free;
-	w->data_start = gguf_w_align(w->pos, w->alignment);
+	/* Without tensors there is no data section to align (and general.alignment
+	 * may be up to 2^31). */
+	w->data_start = w->n_t ? gguf_w_align(w->pos, w->alignment) : w->pos;
 	rc = gguf_w_pad_to(w, w->data_start);
 out_free:
 	tkv_free(w->a, hdr.p);
@@ -675,9 +669,11 @@ int gguf_w_finish(struct gguf_w *w)
 				   "gguf writer: tensor '%s' (#%llu): %llu of %llu bytes written",
 				   w->t[w->cur].name, (unsigned long long)w->cur,
 				   (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].nbytes);
-	rc = gguf_w_pad_to(w, gguf_w_align(w->pos, w->alignment));
-	if (rc)
-		return rc;
+	if (w->n_t) {
+		rc = gguf_w_pad_to(w, gguf_w_align(w->pos, w->alignment));
+		if (rc)
+			return rc;
+	}
 	if (w->fp && fflush(w->fp) != 0)
 		return gguf_w_fail(w, TKV_ERR_IO, "gguf writer: flush failed: %s", strerror(errno));
 	w->state = GGUF_W_DONE;

@@ -15,7 +15,8 @@
  * be written with little memory. The data of all tensors is one stream in the
  * order the tensors were added; the writer puts each tensor at an offset aligned
  * to `general.alignment` (32 unless a uint32 kv of that name is added) and
- * inserts the zero padding itself, so a chunk may span tensors.
+ * inserts the zero padding itself, so a chunk may span tensors. A file without
+ * tensors ends right after its metadata (no padding).
  *
  * Ownership: every add copies what it is given (key, strings, array elements,
  * tensor name), so the caller's memory may be freed right after the call. The
@@ -64,7 +65,8 @@ int gguf_w_add_str(struct gguf_w *w, const char *key, const char *s);
 int gguf_w_add_strn(struct gguf_w *w, const char *key, const char *s, uint64_t len);
 /* An array of n numeric or bool elements (elem not STRING or ARRAY). data holds
  * them as the matching C type in host order (uint8_t, int8_t, uint16_t, ...,
- * float, double; bool as uint8_t 0 or 1); they are written little-endian. */
+ * float, double; bool as uint8_t 0 or 1), not necessarily aligned; they are
+ * written little-endian. */
 int gguf_w_add_arr(struct gguf_w *w, const char *key, enum gguf_type elem,
 		   const void *data, uint64_t n);
 /* Arrays of strings: NUL-terminated, or with explicit lengths. */
