@@ -248,6 +248,8 @@ static void check_vocab(const char *file, const char *model, uint64_t n_vocab, b
 
 	assert_int_equal(gguf_open(&f, tu_vocab_path(file), &a, &err), TKV_OK);
 	assert_int_equal(gguf_n_tensors(f), 0);
+	/* these files end right after the metadata, without padding */
+	assert_true(gguf_data_offset(f) <= gguf_size(f));
 	assert_int_equal(gguf_get_str(f, "tokenizer.ggml.model", &s, &err), TKV_OK);
 	assert_true(gguf_str_eq(s, model));
 	assert_int_equal(gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &kv, &err), TKV_OK);
@@ -767,6 +769,16 @@ static void test_bad_header(void **state)
 	tb_header(&b, 3, 0, 0);
 	assert_int_equal(open_copy(b.p, b.len - 1, NULL), TKV_ERR_FORMAT);
 	assert_int_equal(open_copy(b.p, b.len, NULL), TKV_OK); /* empty but valid */
+	{
+		struct gguf_file *f;
+
+		assert_int_equal(gguf_open_buffer(&f, b.p, b.len, "e", NULL, NULL), TKV_OK);
+		assert_int_equal(gguf_n_kv(f), 0);
+		assert_int_equal(gguf_data_offset(f), 24); /* no padding needed */
+		assert_null(gguf_find(f, "general.alignment"));
+		assert_null(gguf_find_tensor(f, "x"));
+		gguf_close(f);
+	}
 	b.len = 0;
 	tb_header(&b, 2, 0, 0);
 	assert_int_equal(open_copy(b.p, b.len, NULL), TKV_OK);

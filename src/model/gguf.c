@@ -209,22 +209,31 @@ static int gguf_rd_u64(struct gguf_rd *r, uint64_t *v, const char *what)
 	return TKV_OK;
 }
 
-static int gguf_rd_str(struct gguf_rd *r, struct gguf_str *s, const char *what)
+/* Reads a string; what names it in messages, with " <idx>" appended unless idx
+ * is UINT64_MAX (formatted only on failure: vocabularies have 150k strings). */
+static int gguf_rd_str(struct gguf_rd *r, struct gguf_str *s, const char *what, uint64_t idx)
 {
 	uint64_t at = r->pos;
-	int rc;
+	char name[64];
 
-	rc = gguf_rd_u64(r, &s->len, what);
-	if (rc)
-		return rc;
-	if (s->len > gguf_left(r))
-		return gguf_fail(r, TKV_ERR_FORMAT,
-				 "%s at 0x%llx: length %llu exceeds the %llu bytes left (file size 0x%llx)",
-				 what, (unsigned long long)at, (unsigned long long)s->len,
-				 (unsigned long long)gguf_left(r), (unsigned long long)r->size);
-	s->ptr = (const char *)r->p + r->pos;
-	r->pos += s->len;
-	return TKV_OK;
+	if (gguf_left(r) >= 8) {
+		s->len = gguf_le64(r->p + r->pos);
+		if (s->len <= gguf_left(r) - 8) {
+			s->ptr = (const char *)r->p + r->pos + 8;
+			r->pos += 8 + s->len;
+			return TKV_OK;
+		}
+	}
+	if (idx == UINT64_MAX)
+		snprintf(name, sizeof name, "%s", what);
+	else
+		snprintf(name, sizeof name, "%s %llu", what, (unsigned long long)idx);
+	if (gguf_left(r) < 8)
+		return gguf_need(r, 8, name);
+	return gguf_fail(r, TKV_ERR_FORMAT,
+			 "%s at 0x%llx: length %llu exceeds the %llu bytes left (file size 0x%llx)",
+			 name, (unsigned long long)at, (unsigned long long)s->len,
+			 (unsigned long long)(gguf_left(r) - 8), (unsigned long long)r->size);
 }
 
 /* ---- name index --------------------------------------------------------- */
@@ -367,8 +376,9 @@ static int gguf_rd_array(struct gguf_rd *r, struct gguf_kv *kv)
 	esize = et == GGUF_TYPE_STRING ? 8 : gguf_type_size[et];
 	if (n > gguf_left(r) / esize)
 		return gguf_fail(r, TKV_ERR_FORMAT,
-				 "array of %llu %s at 0x%llx needs at least %llu bytes per element, %llu bytes left (file size 0x%llx)",
+				 "array of %llu %s at 0x%llx (%s%llu bytes each) runs past end of file: %llu bytes left (file size 0x%llx)",
 				 (unsigned long long)n, gguf_type_name(et), (unsigned long long)at,
+				 et == GGUF_TYPE_STRING ? "at least " : "",
 				 (unsigned long long)esize, (unsigned long long)gguf_left(r),
 				 (unsigned long long)r->size);
 	if (et != GGUF_TYPE_STRING) {
@@ -394,10 +404,7 @@ static int gguf_rd_array(struct gguf_rd *r, struct gguf_kv *kv)
 	if (!kv->v.arr.strs)
 		return gguf_nomem(r, n * sizeof *kv->v.arr.strs, "a string array");
 	for (i = 0; i < n; i++) {
-		char what[48];
-
-		snprintf(what, sizeof what, "string element %llu", (unsigned long long)i);
-		rc = gguf_rd_str(r, &kv->v.arr.strs[i], what);
+		rc = gguf_rd_str(r, &kv->v.arr.strs[i], "string element", i);
 		if (rc)
 			return rc;
 	}
@@ -413,7 +420,7 @@ static int gguf_rd_kv(struct gguf_rd *r, uint64_t idx, struct gguf_kv *kv)
 	kv->offset = r->pos;
 	snprintf(r->ctx, sizeof r->ctx, "kv #%llu at 0x%llx", (unsigned long long)idx,
 		 (unsigned long long)kv->offset);
-	rc = gguf_rd_str(r, &kv->key, "key");
+	rc = gguf_rd_str(r, &kv->key, "key", UINT64_MAX);
 	if (rc)
 		return rc;
 	if (kv->key.len == 0)
@@ -429,7 +436,7 @@ static int gguf_rd_kv(struct gguf_rd *r, uint64_t idx, struct gguf_kv *kv)
 				 (unsigned long long)(r->pos - 4));
 	kv->type = (enum gguf_type)t;
 	if (t == GGUF_TYPE_STRING)
-		return gguf_rd_str(r, &kv->v.str, "string value");
+		return gguf_rd_str(r, &kv->v.str, "string value", UINT64_MAX);
 	if (t == GGUF_TYPE_ARRAY)
 		return gguf_rd_array(r, kv);
 	return gguf_rd_scalar(r, kv->type, kv);
@@ -469,7 +476,7 @@ static int gguf_rd_tensor_info(struct gguf_rd *r, uint32_t align, uint64_t idx,
 
 	snprintf(r->ctx, sizeof r->ctx, "tensor #%llu at 0x%llx", (unsigned long long)idx,
 		 (unsigned long long)at);
-	rc = gguf_rd_str(r, &t->name, "name");
+	rc = gguf_rd_str(r, &t->name, "name", UINT64_MAX);
 	if (rc)
 		return rc;
 	if (t->name.len == 0)
@@ -720,8 +727,11 @@ static int gguf_parse(struct gguf_rd *r, struct gguf_file *f)
 				 lab, d1);
 	}
 
-	/* pos <= size, alignment <= 2^31: no overflow. */
+	/* pos <= size, alignment <= 2^31: no overflow. A file without tensors may
+	 * end before the padding; its (empty) data section is then the end. */
 	f->data_offset = (r->pos + f->alignment - 1) / f->alignment * f->alignment;
+	if (f->n_tensors == 0 && f->data_offset > f->size)
+		f->data_offset = f->size;
 	return gguf_check_extents(r, f);
 }
 
