@@ -79,6 +79,7 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, i;
 	size_t page_bytes = kv_page_bytes(P, s->head_dim, kv_pool_fmt(s->pool));
 	size_t need_pages = 0;
+	uint32_t got = 0;
 	int why = TKV_OK;
 
 	/* grow the page arrays first: this can fail without touching the pool */
@@ -98,35 +99,47 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 			st->pages = pages;
 			st->cap_pages = cap;
 		}
-		need_pages += want - st->n_pages;
+		/* pages reserved earlier and not yet filled count: want may be below n_pages */
+		if (want > st->n_pages)
+			need_pages += want - st->n_pages;
 	}
 	if (need_pages == 0)
 		return TKV_OK;
 	if (!kv_pool_can_fit(s->pool, need_pages * page_bytes))
 		goto full;
 
+	/* stage the new pages past n_pages; n_pages moves only once all have come */
 	for (i = 0; i < n_streams; i++) {
 		struct kv_stream *st = &s->streams[i];
 		uint32_t want = pages_for(st->n_tokens + n_new, P);
 
-		while (st->n_pages < want) {
+		for (got = st->n_pages; got < want; got++) {
 			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, &why);
 
 			if (!pg)
 				goto undo;
-			st->pages[st->n_pages++] = pg;
+			st->pages[got] = pg;
 		}
+	}
+	for (i = 0; i < n_streams; i++) {
+		struct kv_stream *st = &s->streams[i];
+		uint32_t want = pages_for(st->n_tokens + n_new, P);
+
+		if (want > st->n_pages)
+			st->n_pages = want;
 	}
 	return TKV_OK;
 
 undo:
-	/* return the empty pages taken by this call: every page past the last used one */
-	for (i = 0; i < n_streams; i++) {
+	/* return only the pages staged by this call (stream i up to got, the streams
+	 * before it up to want), not empty pages reserved by earlier calls */
+	while (got > s->streams[i].n_pages)
+		kv_pool_put(s->pool, s->streams[i].pages[--got]);
+	while (i-- > 0) {
 		struct kv_stream *st = &s->streams[i];
-		uint32_t keep = pages_for(st->n_tokens, P);
 
-		while (st->n_pages > keep)
-			kv_pool_put(s->pool, st->pages[--st->n_pages]);
+		for (got = pages_for(st->n_tokens + n_new, P); got > st->n_pages; got--)
+			kv_pool_put(s->pool, st->pages[got - 1]);
 	}
 	if (why == TKV_ERR_NOMEM)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory allocating KV pages");
