@@ -88,11 +88,11 @@ struct tok {
 	int32_t n_vocab;
 
 	char *text;          /* pieces back to back, each followed by a NUL */
-	size_t *off;         /* [n_vocab + 1] start of piece i in text; len = off[i+1]-off[i]-1 */
+	uint32_t *off;       /* [n_vocab + 1] start of piece i in text; len = off[i+1]-off[i]-1 */
 	float *score;        /* [n_vocab] SPM merge scores */
 	uint8_t *attr;       /* [n_vocab] TOK_ATTR_* bits */
 	char *dec;           /* decoded bytes of every piece (special rendering), back to back */
-	size_t *dec_off;     /* [n_vocab + 1] */
+	uint32_t *dec_off;   /* [n_vocab + 1] */
 	size_t max_piece;    /* longest piece or decoded piece, bytes */
 
 	int32_t *map;        /* piece -> id, open addressing, -1 = empty */
@@ -100,7 +100,7 @@ struct tok {
 
 	int32_t n_merges;
 	char *mtext;         /* merges "left right" back to back, no separators */
-	size_t *moff;        /* [n_merges + 1] */
+	uint32_t *moff;      /* [n_merges + 1] */
 	uint32_t *msplit;    /* [n_merges] length of the left part; UINT32_MAX = unusable */
 	int32_t *mmap;       /* (left, right) -> rank, -1 = empty */
 	size_t mmap_mask;
@@ -156,12 +156,12 @@ static uint64_t tok_hash_pair(const void *l, size_t nl, const void *r, size_t nr
 	return tok_hash_fin(tok_hash_step(h, r, nr));
 }
 
-/* Table capacity: a power of two at least twice n. */
+/* Table capacity: a power of two that keeps the load at most 0.7. */
 static size_t tok_table_cap(size_t n)
 {
 	size_t cap = 16;
 
-	while (cap < 2 * n)
+	while (cap / 10 * 7 < n)
 		cap <<= 1;
 	return cap;
 }
@@ -408,11 +408,6 @@ static const struct tok_pre_name tok_pre_names[] = {
 	{ "stablelm2", TOK_PRE_QWEN2 },
 };
 
-static bool tok_str_is(const char *s, size_t n, const char *c)
-{
-	return strlen(c) == n && memcmp(s, c, n) == 0;
-}
-
 /* Optional id key: keeps *id unless the key holds an id inside the vocabulary
  * (llama.cpp ignores out-of-range values such as 0xFFFFFFFF). */
 static void tok_read_id(const struct gguf_file *g, const char *key, int32_t n_vocab, int32_t *id)
@@ -493,6 +488,9 @@ static int tok_load_vocab(struct tok *t, const struct gguf_file *g, struct tkv_e
 					gname, i, (unsigned long long)n, TOK_MAX_PIECE);
 		/* llama.cpp renames empty pieces "[EMPTY_<id>]" */
 		total += (n ? n : sizeof empty) + 1;
+		if (total > UINT32_MAX)
+			return tkv_errf(err, TKV_ERR_UNSUPPORTED,
+					"%s: tokenizer.ggml.tokens holds more than 4 GiB of text", gname);
 	}
 
 	t->off = tkv_malloc(t->a, ((size_t)t->n_vocab + 1) * sizeof(*t->off));
@@ -513,7 +511,7 @@ static int tok_load_vocab(struct tok *t, const struct gguf_file *g, struct tkv_e
 			n = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", i);
 			p = empty;
 		}
-		t->off[i] = pos;
+		t->off[i] = (uint32_t)pos;
 		memcpy(t->text + pos, p, n);
 		t->text[pos + n] = 0;
 		pos += n + 1;
@@ -541,7 +539,7 @@ static int tok_load_vocab(struct tok *t, const struct gguf_file *g, struct tkv_e
 			}
 		}
 	}
-	t->off[t->n_vocab] = pos;
+	t->off[t->n_vocab] = (uint32_t)pos;
 	return TKV_OK;
 }
 
@@ -606,6 +604,10 @@ static int tok_load_merges(struct tok *t, const struct gguf_file *g, struct tkv_
 					gguf_name(g), i, (unsigned long long)kv->v.arr.strs[i].len,
 					TOK_MAX_PIECE);
 		total += (size_t)kv->v.arr.strs[i].len;
+		if (total > UINT32_MAX)
+			return tkv_errf(err, TKV_ERR_UNSUPPORTED,
+					"%s: tokenizer.ggml.merges holds more than 4 GiB of text",
+					gguf_name(g));
 	}
 
 	cap = tok_table_cap((size_t)t->n_merges);
@@ -625,8 +627,8 @@ static int tok_load_merges(struct tok *t, const struct gguf_file *g, struct tkv_
 		size_t nl, nr, h;
 		bool dup = false;
 
-		t->moff[i] = pos;
-		t->moff[i + 1] = pos;
+		t->moff[i] = (uint32_t)pos;
+		t->moff[i + 1] = (uint32_t)pos;
 		if (!sp) {
 			/* no separator: llama.cpp files it under ("", ""), which no
 			 * pair of symbols can ever look up */
@@ -638,7 +640,7 @@ static int tok_load_merges(struct tok *t, const struct gguf_file *g, struct tkv_
 		memcpy(t->mtext + pos, s->ptr, nl);
 		memcpy(t->mtext + pos + nl, sp + 1, nr);
 		pos += nl + nr;
-		t->moff[i + 1] = pos;
+		t->moff[i + 1] = (uint32_t)pos;
 		t->msplit[i] = (uint32_t)nl;
 
 		h = (size_t)tok_hash_pair(s->ptr, nl, sp + 1, nr) & t->mmap_mask;
@@ -655,7 +657,7 @@ static int tok_load_merges(struct tok *t, const struct gguf_file *g, struct tkv_
 		if (!dup)
 			t->mmap[h] = i;
 	}
-	t->moff[t->n_merges] = pos;
+	t->moff[t->n_merges] = (uint32_t)pos;
 	return TKV_OK;
 }
 
@@ -751,10 +753,10 @@ static int tok_build_decoded(struct tok *t, struct tkv_error *err)
 	if (!t->dec || !t->dec_off)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for the decoded pieces");
 	for (i = 0; i < t->n_vocab; i++) {
-		t->dec_off[i] = pos;
+		t->dec_off[i] = (uint32_t)pos;
 		pos += tok_render(t, i, t->dec + pos);
 	}
-	t->dec_off[t->n_vocab] = pos;
+	t->dec_off[t->n_vocab] = (uint32_t)pos;
 	return TKV_OK;
 }
 
@@ -775,60 +777,48 @@ static int tok_cmp_special(const void *pa, const void *pb)
 /* Special tokens by name, end-of-generation set, the special-token list. */
 static int tok_build_specials(struct tok *t, const struct gguf_file *g, struct tkv_error *err)
 {
-	int32_t extra[4], n_extra = 0, i, j, k;
+	int32_t cand[TOK_ARRAY_SIZE(tok_eog_texts) + 6], n_cand = 0, i, j, id;
 	int32_t fim_pad = -1, fim_rep = -1, fim_sep = -1;
 	struct tok_special_key *sorted;
-	size_t n;
+	size_t k;
 
-	for (i = 0; i < t->n_vocab; i++) {
-		const char *s = tok_piece_ptr(t, i);
-
-		n = tok_piece_len(t, i);
-		for (j = 0; j < (int32_t)TOK_ARRAY_SIZE(tok_eog_texts); j++)
-			if (tok_str_is(s, n, tok_eog_texts[j]))
-				t->attr[i] |= TOK_ATTR_CONTROL;
-		for (j = 0; j < (int32_t)TOK_ARRAY_SIZE(tok_control_texts); j++)
-			if (tok_str_is(s, n, tok_control_texts[j]))
-				t->attr[i] |= TOK_ATTR_CONTROL;
+	/* llama.cpp forces these names to CONTROL, whatever their type says */
+	for (k = 0; k < TOK_ARRAY_SIZE(tok_eog_texts); k++) {
+		id = tok_lookup(t, tok_eog_texts[k], strlen(tok_eog_texts[k]));
+		if (id >= 0) {
+			t->attr[id] |= TOK_ATTR_CONTROL;
+			cand[n_cand++] = id;
+		}
+	}
+	for (k = 0; k < TOK_ARRAY_SIZE(tok_control_texts); k++) {
+		id = tok_lookup(t, tok_control_texts[k], strlen(tok_control_texts[k]));
+		if (id >= 0)
+			t->attr[id] |= TOK_ATTR_CONTROL;
 	}
 
+	/* end of generation: the names above, eos, eot, eom, FIM pad/rep/sep */
 	tok_read_id(g, "tokenizer.ggml.eot_token_id", t->n_vocab, &t->eot);
 	tok_read_id(g, "tokenizer.ggml.eom_token_id", t->n_vocab, &t->eom);
 	tok_read_id(g, "tokenizer.ggml.fim_pad_token_id", t->n_vocab, &fim_pad);
 	tok_read_id(g, "tokenizer.ggml.fim_rep_token_id", t->n_vocab, &fim_rep);
 	tok_read_id(g, "tokenizer.ggml.fim_sep_token_id", t->n_vocab, &fim_sep);
-	if (t->eos >= 0)
-		extra[n_extra++] = t->eos;
-	if (t->eot >= 0)
-		extra[n_extra++] = t->eot;
-	if (t->eom >= 0)
-		extra[n_extra++] = t->eom;
+	cand[n_cand++] = t->eos;
+	cand[n_cand++] = t->eot;
+	cand[n_cand++] = t->eom;
+	cand[n_cand++] = fim_pad;
+	cand[n_cand++] = fim_rep;
+	cand[n_cand++] = fim_sep;
+	t->eog = tkv_malloc(t->a, (size_t)n_cand * sizeof(*t->eog));
+	if (!t->eog)
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory");
+	t->n_eog = 0;
+	for (i = 0; i < n_cand; i++) {
+		bool seen = cand[i] < 0;
 
-	/* count, then fill: ids named by text plus eos/eot/eom/fim keys */
-	for (k = 0; k < 2; k++) {
-		int32_t cnt = 0;
-
-		for (i = 0; i < t->n_vocab; i++) {
-			const char *s = tok_piece_ptr(t, i);
-			bool hit = i == fim_pad || i == fim_rep || i == fim_sep;
-
-			n = tok_piece_len(t, i);
-			for (j = 0; j < n_extra; j++)
-				hit = hit || extra[j] == i;
-			for (j = 0; !hit && j < (int32_t)TOK_ARRAY_SIZE(tok_eog_texts); j++)
-				hit = tok_str_is(s, n, tok_eog_texts[j]);
-			if (hit) {
-				if (k)
-					t->eog[cnt] = i;
-				cnt++;
-			}
-		}
-		if (!k) {
-			t->eog = tkv_malloc(t->a, (size_t)(cnt ? cnt : 1) * sizeof(*t->eog));
-			if (!t->eog)
-				return tkv_errf(err, TKV_ERR_NOMEM, "out of memory");
-		}
-		t->n_eog = cnt;
+		for (j = 0; !seen && j < t->n_eog; j++)
+			seen = t->eog[j] == cand[i];
+		if (!seen)
+			t->eog[t->n_eog++] = cand[i];
 	}
 
 	t->n_special = 0;
@@ -1053,8 +1043,10 @@ struct tok_sym {
 struct tok_bigram {
 	int32_t left;
 	int32_t right;
-	float score;    /* SPM: higher first */
-	int32_t rank;   /* BPE: lower first */
+	union {
+		float score;    /* SPM: higher first */
+		int32_t rank;   /* BPE: lower first */
+	};
 	uint32_t size;  /* bytes of the pair when queued, to spot stale entries */
 };
 
@@ -1166,17 +1158,23 @@ static void tok_heap_pop(struct tok_enc *e, struct tok_bigram *top, bool bpe)
 static int tok_split_symbols(struct tok_enc *e, size_t len, int32_t *n_sym)
 {
 	static const uint8_t lead_len[16] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4 };
-	size_t off = 0;
+	size_t off = 0, count = 0;
 	int32_t n = 0;
 	int rc;
 
-	rc = tok_reserve(e->a, (void **)&e->sym, &e->cap_sym, len, sizeof(*e->sym));
+	while (off < len) {
+		off += lead_len[(unsigned char)e->buf[off] >> 4];
+		count++;
+	}
+	rc = tok_reserve(e->a, (void **)&e->sym, &e->cap_sym, count, sizeof(*e->sym));
 	if (rc)
 		return rc;
-	/* each merge queues at most two new pairs */
-	rc = tok_reserve(e->a, (void **)&e->heap, &e->cap_heap, 3 * len + 1, sizeof(*e->heap));
+	/* n - 1 pairs to start with, then each merge pops one and queues at most
+	 * two: the queue never holds more than 2n entries */
+	rc = tok_reserve(e->a, (void **)&e->heap, &e->cap_heap, 2 * count + 1, sizeof(*e->heap));
 	if (rc)
 		return rc;
+	off = 0;
 	while (off < len) {
 		size_t cl = lead_len[(unsigned char)e->buf[off] >> 4];
 
@@ -1209,7 +1207,6 @@ static void tok_spm_try_pair(struct tok_enc *e, int32_t l, int32_t r)
 	b.left = l;
 	b.right = r;
 	b.score = e->t->score[id];
-	b.rank = 0;
 	b.size = e->sym[l].n + e->sym[r].n;
 	tok_heap_push(e, &b, false);
 }
@@ -1412,7 +1409,6 @@ static void tok_bpe_try_pair(struct tok_enc *e, int32_t l, int32_t r)
 		return;
 	b.left = l;
 	b.right = r;
-	b.score = 0.0f;
 	b.rank = rank;
 	b.size = e->sym[l].n + e->sym[r].n;
 	tok_heap_push(e, &b, true);
