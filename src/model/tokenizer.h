@@ -8,10 +8,14 @@
  *    "qwen2", "default"/"gpt-2", ...).
  * Special tokens (control / user-defined types from `tokenizer.ggml.token_type`)
  * are matched in the text when parse_special is set (user-defined ones always).
- * Encoding matches llama.cpp's llama_tokenize token for token.
+ * Encoding matches llama.cpp's llama_tokenize token for token, including its
+ * handling of invalid UTF-8 (each bad byte is U+FFFD for BPE, a byte token for
+ * SPM). Where llama.cpp throws (a code point past U+10FFFF in BPE input, an SPM
+ * vocab without the needed <0xXX> token) we use U+FFFD / <unk> instead.
  *
  * Ownership: a tok borrows nothing from the gguf_file after tok_init returns
- * (it copies what it needs), so the file may be closed. */
+ * (it copies what it needs), so the file may be closed. It is read-only after
+ * tok_init: any number of threads may encode and decode with one tok at once. */
 #ifndef TKV_MODEL_TOKENIZER_H
 #define TKV_MODEL_TOKENIZER_H
 
@@ -28,9 +32,13 @@ enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
 
 /* Builds the tokenizer from the file's tokenizer.* keys. TKV_ERR_FORMAT with a
  * message when keys are missing or inconsistent (e.g. token_type length differs
- * from tokens), TKV_ERR_UNSUPPORTED for an unknown model/pre-tokenizer. */
+ * from tokens), TKV_ERR_UNSUPPORTED for an unknown model/pre-tokenizer,
+ * TKV_ERR_NOMEM. On success *out is the caller's (free with tok_free); on failure
+ * it is NULL. Every allocation, then and in tok_encode, goes through a (may be
+ * NULL), which must outlive the tok. */
 int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 	     struct tkv_error *err);
+/* t may be NULL. */
 void tok_free(struct tok *t);
 
 enum tok_kind tok_kind(const struct tok *t);
@@ -49,7 +57,11 @@ bool tok_is_eog(const struct tok *t, int32_t id);
 /* Encodes len bytes of text (any bytes; invalid UTF-8 is handled, never read past
  * len). Writes up to n_max ids; *n_out receives the number the full encoding
  * needs, so a call with n_max too small returns TKV_ERR_ARG and the caller can
- * retry with *n_out. add_bos prepends BOS (if the vocab has one). */
+ * retry with *n_out (ids may be NULL when n_max is 0). add_bos prepends BOS (if
+ * the vocab has one). SPM adds its leading space to the start of the text and
+ * after every special token, as llama.cpp does. Other failures: TKV_ERR_NOMEM
+ * (scratch memory; *n_out is 0), TKV_ERR_ARG for NULL arguments or a run of text
+ * between special tokens longer than 256 MiB. */
 int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 	       bool parse_special, int32_t *ids, size_t n_max, size_t *n_out);
 
@@ -58,9 +70,10 @@ int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos,
 const char *tok_piece(const struct tok *t, int32_t id, size_t *len);
 
 /* The bytes id stands for in output text: "▁" -> ' ', <0x0A> -> '\n', BPE bytes
- * unmapped; control tokens give 0 bytes unless `special`. Writes up to cap bytes
- * to buf and returns the full byte count (may exceed cap), or a negative status
- * for an invalid id. */
+ * unmapped; control and unknown tokens give 0 bytes unless `special`, unused
+ * ones always 0 (as llama.cpp's token_to_piece). Writes up to cap bytes to buf
+ * and returns the full byte count (may exceed cap), or TKV_ERR_ARG for an
+ * invalid id. No piece is longer than tok_stream_min_cap(t) / 3 bytes. */
 int tok_decode(const struct tok *t, int32_t id, bool special, char *buf, size_t cap);
 
 /* Streaming decode that never emits a partial UTF-8 sequence: bytes of an
