@@ -483,8 +483,12 @@ static void test_type_supported(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof row_types / sizeof row_types[0]; i++)
 		assert_true(ops_type_supported(row_types[i]));
-	assert_false(ops_type_supported(TKV_Q4_0));
-	assert_false(ops_type_supported(TKV_Q4_K));
+	/* the quantized types are tested in depth by test_quant.c */
+	assert_true(ops_type_supported(TKV_Q4_0));
+	assert_true(ops_type_supported(TKV_Q4_K));
+	assert_true(ops_type_supported(TKV_Q5_K));
+	assert_true(ops_type_supported(TKV_Q6_K));
+	assert_false(ops_type_supported(TKV_Q4_1));
 	assert_false(ops_type_supported(TKV_I8));
 	assert_false(ops_type_supported(TKV_DTYPE_COUNT));
 	assert_false(ops_type_supported(1000));
@@ -581,7 +585,10 @@ static void test_dot_vs_reference(void **state)
 	}
 }
 
-/* With no pool, matmul is the row dots, token by token, bit for bit. */
+/* With no pool, matmul is the row dots, token by token: bit for bit for the
+ * float types; quantized weights take x rounded to 8 bits per block of 32 (a
+ * step of amax/127 <= 1/127 here), which moves each product by at most
+ * |w| / 254: the bound below, plus float slack. */
 static void test_matmul_equals_row_dots(void **state)
 {
 	enum { ROWS = 7, COLS = 64, NTOK = 3 };
@@ -609,10 +616,21 @@ static void test_matmul_equals_row_dots(void **state)
 		for (int i = 0; i < NTOK; i++)
 			for (int r = 0; r < ROWS; r++) {
 				float d = ops_dot_row(type, packed + (size_t)r * rb, x[i], COLS);
+				float wabs[COLS];
+				double bound = 0.0;
 
-				if (memcmp(&y[i * ROWS + r], &d, sizeof d) != 0)
-					fail_msg("%s y[%d][%d] = %a, dot %a", tkv_dtype_name(type), i, r,
-						 (double)y[i * ROWS + r], (double)d);
+				if (type != TKV_Q8_0) {
+					if (memcmp(&y[i * ROWS + r], &d, sizeof d) != 0)
+						fail_msg("%s y[%d][%d] = %a, dot %a", tkv_dtype_name(type), i, r,
+							 (double)y[i * ROWS + r], (double)d);
+					continue;
+				}
+				ops_dequant_row(type, packed + (size_t)r * rb, wabs, COLS);
+				for (int j = 0; j < COLS; j++)
+					bound += fabs(wabs[j]) / 254.0 * (1.0 + 1e-5);
+				if (fabs(y[i * ROWS + r] - d) > bound)
+					fail_msg("%s y[%d][%d] = %a, dot %a (bound %g)", tkv_dtype_name(type), i, r,
+						 (double)y[i * ROWS + r], (double)d, bound);
 			}
 		assert_true(y[NTOK * ROWS] == -7.0f);
 	}

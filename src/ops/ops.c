@@ -1,12 +1,20 @@
-/* ops.c - scalar reference kernels. Readable first; the arch/ versions of the
- * speed work replace the hot ones and are tested against these. */
+/* ops.c - the kernel tables and their selection, the threaded matmul driver,
+ * and the scalar elementwise kernels. The per-type kernels are in quant.c
+ * (scalar references) and arch/ (SIMD versions chosen at start-up). */
 #include "ops/ops.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/dtype.h"
+#include "ops/ops_impl.h"
 #include "util/tpool.h"
+
+/* Floats ops_dot_row dequantizes at a time (a multiple of every block size). */
+#define OPS_DOT_CHUNK 256
 
 /* ---- half floats ------------------------------------------------------- */
 
@@ -88,128 +96,306 @@ uint16_t ops_f32_to_bf16(float f)
 	return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-/* ---- weight rows ------------------------------------------------------- */
+/* ---- kernel tables ---------------------------------------------------------- */
 
-/* Q8_0: blocks of 32 int8 with one f16 scale. */
-struct blk_q8_0 {
-	uint16_t d;
-	int8_t qs[32];
+/* Per-type kernels, the scalar references until ops_select() puts in the
+ * versions this CPU runs faster. Written once (pthread_once) before any
+ * kernel is used and only read after that, like ggml's type_traits table. */
+static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
+	[TKV_F32] = { .act_type = OPS_ACT_F32, .dequant = dequant_f32_ref, .dot_rows = dot_rows_f32_ref },
+	[TKV_F16] = { .act_type = OPS_ACT_F32, .dequant = dequant_f16_ref, .dot_rows = dot_rows_f16_ref },
+	[TKV_BF16] = { .act_type = OPS_ACT_F32, .dequant = dequant_bf16_ref, .dot_rows = dot_rows_bf16_ref },
+	[TKV_Q4_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_0_ref, .dot_rows = dot_rows_q4_0_ref },
+	[TKV_Q8_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q8_0_ref, .dot_rows = dot_rows_q8_0_ref },
+	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref },
+	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref },
+	[TKV_Q6_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q6_k_ref, .dot_rows = dot_rows_q6_k_ref },
 };
-_Static_assert(sizeof(struct blk_q8_0) == 34, "q8_0 block is 34 bytes");
+
+static struct ops_act_kernels ops_act = {
+	.quant = {
+		[OPS_ACT_Q8_32] = quant_act_q8_32_ref,
+		[OPS_ACT_Q8_256] = quant_act_q8_256_ref,
+	},
+};
+
+static const char *ops_arch = "ref";
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+
+/* TIERKV_KERNELS=ref keeps the scalar references (to compare or debug). */
+static void ops_select(void)
+{
+	const char *env = getenv("TIERKV_KERNELS");
+
+	if (env && !strcmp(env, "ref"))
+		return;
+	ops_arch = ops_arch_select(ops_types, &ops_act);
+}
+
+const struct ops_type_kernels *ops_kernels(uint32_t type)
+{
+	pthread_once(&ops_once, ops_select);
+	return type < TKV_DTYPE_COUNT ? &ops_types[type] : NULL;
+}
+
+const struct ops_act_kernels *ops_act_kernels(void)
+{
+	pthread_once(&ops_once, ops_select);
+	return &ops_act;
+}
+
+const char *ops_kernel_name(void)
+{
+	pthread_once(&ops_once, ops_select);
+	return ops_arch;
+}
+
+/* ---- weight rows --------------------------------------------------------- */
 
 bool ops_type_supported(uint32_t type)
 {
-	return type == TKV_F32 || type == TKV_F16 || type == TKV_BF16 || type == TKV_Q8_0;
+	const struct ops_type_kernels *k = ops_kernels(type);
+
+	return k && k->dot_rows != NULL;
 }
 
 void ops_dequant_row(uint32_t type, const void *row, float *out, int64_t n)
 {
-	int64_t i;
+	const struct ops_type_kernels *k = ops_kernels(type);
 
-	switch (type) {
-	case TKV_F32:
-		memcpy(out, row, (size_t)n * sizeof(float));
-		break;
-	case TKV_F16: {
-		const uint16_t *h = row;
-		for (i = 0; i < n; i++)
-			out[i] = ops_f16_to_f32(h[i]);
-		break;
-	}
-	case TKV_BF16: {
-		const uint16_t *h = row;
-		for (i = 0; i < n; i++)
-			out[i] = ops_bf16_to_f32(h[i]);
-		break;
-	}
-	case TKV_Q8_0: {
-		const struct blk_q8_0 *b = row;
-		for (i = 0; i < n / 32; i++) {
-			float d = ops_f16_to_f32(b[i].d);
-			for (int j = 0; j < 32; j++)
-				out[i * 32 + j] = d * (float)b[i].qs[j];
-		}
-		break;
-	}
-	default:
+	if (k && k->dequant)
+		k->dequant(row, out, n);
+	else
 		memset(out, 0, (size_t)n * sizeof(float));
-		break;
-	}
 }
 
 float ops_dot_row(uint32_t type, const void *row, const float *x, int64_t n)
 {
-	float sum = 0.0f;
-	int64_t i;
+	const struct ops_type_kernels *k = ops_kernels(type);
+	const struct ops_type_kernels *kf = ops_kernels(TKV_F32);
+	const struct tkv_dtype_traits *tr = tkv_dtype_traits(type);
+	float buf[OPS_DOT_CHUNK], sum = 0.0f, s;
+	int64_t step;
 
-	switch (type) {
-	case TKV_F32: {
-		const float *w = row;
-		for (i = 0; i < n; i++)
-			sum += w[i] * x[i];
-		break;
+	if (!k || !k->dot_rows)
+		return 0.0f;
+	if (k->act_type == OPS_ACT_F32) {
+		k->dot_rows(n, row, 0, 1, x, &s);
+		return s;
 	}
-	case TKV_F16: {
-		const uint16_t *h = row;
-		for (i = 0; i < n; i++)
-			sum += ops_f16_to_f32(h[i]) * x[i];
-		break;
-	}
-	case TKV_BF16: {
-		const uint16_t *h = row;
-		for (i = 0; i < n; i++)
-			sum += ops_bf16_to_f32(h[i]) * x[i];
-		break;
-	}
-	case TKV_Q8_0: {
-		const struct blk_q8_0 *b = row;
-		for (i = 0; i < n / 32; i++) {
-			float s = 0.0f;
-			for (int j = 0; j < 32; j++)
-				s += (float)b[i].qs[j] * x[i * 32 + j];
-			sum += ops_f16_to_f32(b[i].d) * s;
-		}
-		break;
-	}
-	default:
-		break;
+	/* quantized weights against exact floats: dequantize a chunk, dot it */
+	step = OPS_DOT_CHUNK / tr->blck * tr->blck;
+	for (int64_t i = 0; i < n; i += step) {
+		int64_t m = n - i < step ? n - i : step;
+
+		k->dequant((const char *)row + (size_t)(i / tr->blck) * tr->size, buf, m);
+		kf->dot_rows(m, buf, 0, 1, x + i, &s);
+		sum += s;
 	}
 	return sum;
 }
 
 /* ---- matmul -------------------------------------------------------------- */
 
-struct matmul_job {
-	const struct ops_mat *w;
+/* Bytes of one row of cols activations in format act (cols a multiple of its
+ * block; 0 for the f32 format, which is read in place). */
+static size_t act_row_bytes(uint32_t act, int64_t cols)
+{
+	if (act == OPS_ACT_F32)
+		return 0;
+	return (size_t)(cols / ops_act_blck[act]) * ops_act_size[act];
+}
+
+size_t ops_matmul_work_size(int64_t cols_max, int n_max, int n_threads)
+{
+	size_t act = 0;
+
+	(void)n_threads;
+	for (uint32_t t = 1; t < OPS_ACT_COUNT; t++) {
+		int64_t c = (cols_max + ops_act_blck[t] - 1) / ops_act_blck[t] * ops_act_blck[t];
+		size_t b = act_row_bytes(t, c);
+
+		if (b > act)
+			act = b;
+	}
+	return act * (size_t)n_max + 64;
+}
+
+struct mm_job {
+	const struct ops_mat *w[OPS_MATMUL_MAX];
+	float *y[OPS_MATMUL_MAX];
+	int64_t row0[OPS_MATMUL_MAX + 1]; /* first row of each matrix in the joint row space */
+	int n_mat;
+	const struct ops_type_kernels *k;
+	const void *a;       /* activations: n rows, as bytes apart */
+	size_t as;
+	int n;
+	int64_t chunk;       /* rows per work item */
+	int64_t n_chunks;
+	atomic_llong next;   /* next work item */
+};
+
+/* Rows [r0, r1) of matrix i for every activation row: blocks of OPS_DOT_ROWS
+ * weight rows stay in L1 while the activation rows stream past. */
+static void mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1)
+{
+	const struct ops_mat *w = j->w[i];
+	float s[OPS_DOT_ROWS];
+
+	for (int64_t r = r0; r < r1; r += OPS_DOT_ROWS) {
+		int nr = r1 - r < OPS_DOT_ROWS ? (int)(r1 - r) : OPS_DOT_ROWS;
+		const char *wr = (const char *)w->data + (size_t)r * w->row_bytes;
+
+		for (int t = 0; t < j->n; t++) {
+			float *y = j->y[i] + (size_t)t * w->rows + r;
+
+			j->k->dot_rows(w->cols, wr, w->row_bytes, nr, (const char *)j->a + (size_t)t * j->as, s);
+			for (int q = 0; q < nr; q++)
+				y[q] = s[q];
+		}
+	}
+}
+
+/* Work items are chunks of the joint row space, taken in order from an atomic
+ * counter: a thread that is slowed (a busy vCPU) takes fewer. */
+static void mm_worker(void *ctx, int ith, int nth)
+{
+	struct mm_job *j = ctx;
+	int64_t c;
+
+	(void)ith;
+	(void)nth;
+	while ((c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks) {
+		int64_t r0 = c * j->chunk, r1 = r0 + j->chunk;
+
+		if (r1 > j->row0[j->n_mat])
+			r1 = j->row0[j->n_mat];
+		for (int i = 0; i < j->n_mat; i++) {
+			int64_t a = r0 > j->row0[i] ? r0 : j->row0[i];
+			int64_t b = r1 < j->row0[i + 1] ? r1 : j->row0[i + 1];
+
+			if (a < b)
+				mm_rows(j, i, a - j->row0[i], b - j->row0[i]);
+		}
+	}
+}
+
+struct quant_job {
+	ops_quant_act_fn fn;
 	const float *x;
-	float *y;
+	int64_t cols;
+	void *out;
+	size_t as;
 	int n;
 };
 
-static void matmul_worker(void *ctx, int ith, int nth)
+static void quant_worker(void *ctx, int ith, int nth)
 {
-	const struct matmul_job *j = ctx;
-	const struct ops_mat *w = j->w;
-	int64_t r0 = w->rows * ith / nth, r1 = w->rows * (ith + 1) / nth;
+	const struct quant_job *q = ctx;
 
-	for (int64_t r = r0; r < r1; r++) {
-		const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
-		for (int t = 0; t < j->n; t++)
-			j->y[(size_t)t * w->rows + r] = ops_dot_row(w->type, row, j->x + (size_t)t * w->cols, w->cols);
-	}
+	for (int t = q->n * ith / nth; t < q->n * (ith + 1) / nth; t++)
+		q->fn(q->x + (size_t)t * q->cols, (char *)q->out + (size_t)t * q->as, q->cols);
 }
 
 /* Below this many multiply-adds a matmul runs on the caller alone: waking the
  * workers costs more than the work (tiny models, the last rows of a split). */
 #define OPS_MATMUL_MIN_PARALLEL 65536
+/* Rows per work item: enough for a few per thread and at least this many. */
+#define OPS_MATMUL_MIN_CHUNK 16
+#define OPS_MATMUL_CHUNKS_PER_THREAD 8
+
+/* Runs the product for activations already in the kernels' format. */
+static void mm_run(struct tpool *tp, const struct ops_mat *const *w, float *const *y, int n_mat,
+		   const struct ops_type_kernels *k, const void *a, size_t as, int n)
+{
+	struct mm_job j;
+	double macs = 0.0;
+	int nth;
+
+	memset(&j, 0, sizeof j);
+	j.n_mat = n_mat;
+	j.k = k;
+	j.a = a;
+	j.as = as;
+	j.n = n;
+	for (int i = 0; i < n_mat; i++) {
+		j.w[i] = w[i];
+		j.y[i] = y[i];
+		j.row0[i + 1] = j.row0[i] + w[i]->rows;
+		macs += (double)w[i]->rows * (double)w[i]->cols * n;
+	}
+	if (macs < OPS_MATMUL_MIN_PARALLEL)
+		tp = NULL;
+	nth = tpool_n(tp);
+	j.chunk = j.row0[n_mat] / ((int64_t)nth * OPS_MATMUL_CHUNKS_PER_THREAD);
+	if (j.chunk < OPS_MATMUL_MIN_CHUNK)
+		j.chunk = OPS_MATMUL_MIN_CHUNK;
+	j.chunk = (j.chunk + OPS_DOT_ROWS - 1) / OPS_DOT_ROWS * OPS_DOT_ROWS;
+	j.n_chunks = (j.row0[n_mat] + j.chunk - 1) / j.chunk;
+	atomic_init(&j.next, 0);
+	tpool_run(tp, mm_worker, &j);
+}
+
+/* Stack room for activations when the caller gives no workspace. */
+#define OPS_MATMUL_STACK 32768
+
+void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const *y, int n_mat,
+		  const float *x, int n, void *work, size_t work_size)
+{
+	const struct ops_type_kernels *k;
+	const struct ops_act_kernels *ak = ops_act_kernels();
+	unsigned char stack[OPS_MATMUL_STACK] __attribute__((aligned(64)));
+	int64_t cols;
+	size_t as;
+	int step;
+
+	if (n_mat <= 0 || n <= 0)
+		return;
+	k = ops_kernels(w[0]->type);
+	cols = w[0]->cols;
+	/* one joint job needs one activation format and one width */
+	for (int i = 1; i < n_mat; i++) {
+		if (w[i]->cols != cols || ops_kernels(w[i]->type)->act_type != k->act_type ||
+		    ops_kernels(w[i]->type)->dot_rows != k->dot_rows || n_mat > OPS_MATMUL_MAX) {
+			for (int m = 0; m < n_mat; m++)
+				ops_matmul_n(tp, &w[m], &y[m], 1, x, n, work, work_size);
+			return;
+		}
+	}
+	if (k->act_type == OPS_ACT_F32) {
+		mm_run(tp, w, y, n_mat, k, x, (size_t)cols * sizeof(float), n);
+		return;
+	}
+	as = act_row_bytes(k->act_type, cols);
+	if (!work || work_size < as * (size_t)n) {
+		work = stack;
+		work_size = sizeof stack;
+	}
+	step = (int)(work_size / as);
+	if (step == 0) {
+		/* a row too wide for any buffer we have: exact float dots instead */
+		for (int m = 0; m < n_mat; m++)
+			for (int t = 0; t < n; t++)
+				for (int64_t r = 0; r < w[m]->rows; r++)
+					y[m][(size_t)t * w[m]->rows + r] = ops_dot_row(w[m]->type,
+						(const char *)w[m]->data + (size_t)r * w[m]->row_bytes, x + (size_t)t * cols, cols);
+		return;
+	}
+	for (int t0 = 0; t0 < n; t0 += step) {
+		int nt = n - t0 < step ? n - t0 : step;
+		float *yt[OPS_MATMUL_MAX];
+		struct quant_job q = { ak->quant[k->act_type], x + (size_t)t0 * cols, cols, work, as, nt };
+
+		tpool_run(nt >= 4 && tp ? tp : NULL, quant_worker, &q);
+		for (int m = 0; m < n_mat; m++)
+			yt[m] = y[m] + (size_t)t0 * w[m]->rows;
+		mm_run(tp, w, yt, n_mat, k, work, as, nt);
+	}
+}
 
 void ops_matmul(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n)
 {
-	struct matmul_job j = { w, x, y, n };
-
-	if ((double)w->rows * (double)w->cols * n < OPS_MATMUL_MIN_PARALLEL)
-		tp = NULL;
-	tpool_run(tp, matmul_worker, &j);
+	ops_matmul_n(tp, &w, &y, 1, x, n, NULL, 0);
 }
 
 /* ---- elementwise ----------------------------------------------------------- */

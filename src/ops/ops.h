@@ -1,8 +1,11 @@
-/* ops.h - the numeric kernels of the forward pass (scalar reference versions).
+/* ops.h - the numeric kernels of the forward pass.
  *
- * Vectors are float arrays; weights are rows of any supported tkv_dtype, read in
- * place from the model mapping. Nothing here allocates or knows about policies.
- * Threaded entry points take a tpool (may be NULL = caller only). */
+ * Vectors are float arrays; weights are rows of any supported tkv_dtype (f32,
+ * f16, bf16, q4_0, q8_0, q4_k, q5_k, q6_k), read in place from the model
+ * mapping. Every kernel has a scalar reference; faster versions for this CPU
+ * (AVX2/FMA/F16C) are chosen once at start-up, and TIERKV_KERNELS=ref in the
+ * environment keeps the references. Nothing here allocates or knows about
+ * policies. Threaded entry points take a tpool (may be NULL = caller only). */
 #ifndef TKV_OPS_OPS_H
 #define TKV_OPS_OPS_H
 
@@ -35,8 +38,28 @@ void ops_dequant_row(uint32_t type, const void *row, float *out, int64_t n);
 /* dot(row of type, x) over n elements. */
 float ops_dot_row(uint32_t type, const void *row, const float *x, int64_t n);
 
-/* Y (n, rows) = X (n, cols) · Wᵀ, split over the pool by rows. */
+/* Quantizes (or converts) n floats to a row of `type` (n a multiple of the
+ * block size): how generated models get their weights. 0, or -1 for a type
+ * it cannot write. */
+int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n);
+
+/* Y (n, rows) = X (n, cols) · Wᵀ, split over the pool by rows. Quantized
+ * weights take X quantized to 8 bits per block (as llama.cpp does), so results
+ * differ from exact float dots by that rounding. */
 void ops_matmul(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n);
+
+#define OPS_MATMUL_MAX 4
+/* Y_i (n, w[i]->rows) = X (n, cols) · W_iᵀ for i < n_mat (<= OPS_MATMUL_MAX),
+ * one input for several matrices (q, k, v; gate, up): X is quantized once and
+ * the rows of all the matrices are shared out over the pool as one job.
+ * work (borrowed scratch, may be NULL) holds the quantized X; with
+ * work_size >= ops_matmul_work_size(cols, n, threads) nothing runs in pieces. */
+void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const *y, int n_mat,
+		  const float *x, int n, void *work, size_t work_size);
+/* Workspace bytes for matmuls of up to n_max rows of X and cols_max columns. */
+size_t ops_matmul_work_size(int64_t cols_max, int n_max, int n_threads);
+/* Which kernels run: "avx2" or "ref". */
+const char *ops_kernel_name(void);
 
 /* o = x / rms(x) * w, over n elements (o may alias x). */
 void ops_rmsnorm(float *o, const float *x, const float *w, int n, float eps);

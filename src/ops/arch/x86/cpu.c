@@ -1,0 +1,29 @@
+/* cpu.c - picks the x86 kernels this CPU can run. Compiled without -mavx2:
+ * only the feature check runs before we know the instructions exist. */
+#include "ops/arch/x86/x86.h"
+
+const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+		return "ref";
+
+	types[TKV_F32].dot_rows = dot_rows_f32_avx2;
+	types[TKV_F16].dequant = dequant_f16_avx2;
+	types[TKV_F16].dot_rows = dot_rows_f16_avx2;
+	types[TKV_BF16].dequant = dequant_bf16_avx2;
+	types[TKV_BF16].dot_rows = dot_rows_bf16_avx2;
+	types[TKV_Q4_0].dequant = dequant_q4_0_avx2;
+	types[TKV_Q4_0].dot_rows = dot_rows_q4_0_avx2;
+	types[TKV_Q8_0].dequant = dequant_q8_0_avx2;
+	types[TKV_Q8_0].dot_rows = dot_rows_q8_0_avx2;
+	types[TKV_Q4_K].dequant = dequant_q4_k_avx2;
+	types[TKV_Q4_K].dot_rows = dot_rows_q4_k_avx2;
+	types[TKV_Q5_K].dequant = dequant_q5_k_avx2;
+	types[TKV_Q5_K].dot_rows = dot_rows_q5_k_avx2;
+	types[TKV_Q6_K].dequant = dequant_q6_k_avx2;
+	types[TKV_Q6_K].dot_rows = dot_rows_q6_k_avx2;
+	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
+	act->quant[OPS_ACT_Q8_256] = quant_act_q8_256_avx2;
+	return "avx2";
+}

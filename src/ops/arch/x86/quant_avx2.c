@@ -1,0 +1,539 @@
+/* quant_avx2.c - AVX2/FMA/F16C versions of the per-type kernels in quant.c.
+ *
+ * Integer dots follow the reference exactly up to the float accumulation:
+ * unsigned weights (0..15, 0..31, 0..63) times signed int8 activations go
+ * through vpmaddubsw (pairs to int16, which cannot saturate at these ranges)
+ * and vpmaddwd (to int32, with ones or with the sub-block scales); offsets
+ * such as q4_0's -8 and q6_k's -32 come off as that constant times the
+ * activation sums. Loops over whole blocks end without a scalar tail because
+ * rows are whole blocks; the float kernels have one. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "ops/arch/x86/x86.h"
+
+static inline float hsum_ps(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline float hmax_ps(__m256 v)
+{
+	__m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_max_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_epi32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
+}
+
+static inline float f16(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+static inline const void *row_at(const void *w, size_t ws, int r)
+{
+	return (const char *)w + (size_t)r * ws;
+}
+
+/* 16 bytes of nibbles -> 32 bytes 0..15: low nibbles then high nibbles. */
+static inline __m256i nibbles(const uint8_t *p)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)p);
+
+	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+/* ---- float types ---------------------------------------------------------------------
+ * Each row is summed the same way whatever nr is (two 8-lane accumulators over
+ * 16 elements, then 8, then a scalar tail), so a row's result never depends on
+ * how the matmul grouped it. */
+
+#define FLOAT_DOT_ROWS(NAME, T, LOAD8, SCALAR)                                                      \
+	void NAME(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)             \
+	{                                                                                           \
+		const float *x = a;                                                                 \
+		for (int r = 0; r < nr; r++) {                                                      \
+			const T *v = row_at(w, ws, r);                                              \
+			__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();             \
+			int64_t i = 0;                                                              \
+			float tail = 0.0f;                                                          \
+			for (; i + 16 <= n; i += 16) {                                              \
+				acc0 = _mm256_fmadd_ps(LOAD8(v + i), _mm256_loadu_ps(x + i), acc0); \
+				acc1 = _mm256_fmadd_ps(LOAD8(v + i + 8), _mm256_loadu_ps(x + i + 8), acc1); \
+			}                                                                           \
+			if (i + 8 <= n) {                                                           \
+				acc0 = _mm256_fmadd_ps(LOAD8(v + i), _mm256_loadu_ps(x + i), acc0); \
+				i += 8;                                                             \
+			}                                                                           \
+			for (; i < n; i++)                                                          \
+				tail += SCALAR(v[i]) * x[i];                                        \
+			s[r] = hsum_ps(_mm256_add_ps(acc0, acc1)) + tail;                           \
+		}                                                                                   \
+	}
+
+static inline __m256 load8_f32(const float *p)
+{
+	return _mm256_loadu_ps(p);
+}
+
+static inline __m256 load8_f16(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline __m256 load8_bf16(const uint16_t *p)
+{
+	__m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+
+	return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+static inline float scalar_f32(float v)
+{
+	return v;
+}
+
+static inline float scalar_f16(uint16_t h)
+{
+	return f16(h);
+}
+
+static inline float scalar_bf16(uint16_t h)
+{
+	uint32_t b = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &b, sizeof f);
+	return f;
+}
+
+FLOAT_DOT_ROWS(dot_rows_f32_avx2, float, load8_f32, scalar_f32)
+FLOAT_DOT_ROWS(dot_rows_f16_avx2, uint16_t, load8_f16, scalar_f16)
+FLOAT_DOT_ROWS(dot_rows_bf16_avx2, uint16_t, load8_bf16, scalar_bf16)
+
+void dequant_f16_avx2(const void *row, float *out, int64_t n)
+{
+	const uint16_t *h = row;
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, load8_f16(h + i));
+	for (; i < n; i++)
+		out[i] = f16(h[i]);
+}
+
+void dequant_bf16_avx2(const void *row, float *out, int64_t n)
+{
+	const uint16_t *h = row;
+	int64_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, load8_bf16(h + i));
+	for (; i < n; i++)
+		out[i] = scalar_bf16(h[i]);
+}
+
+/* ---- dequantize quantized rows (exactly as the references round) ------------------- */
+
+/* out[0..31] = d * (int8 q[0..31] - off), one multiply per element. */
+static inline void store32_scaled(float *out, __m256i q, float d)
+{
+	__m256 vd = _mm256_set1_ps(d);
+	__m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+
+	_mm256_storeu_ps(out, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+	_mm256_storeu_ps(out + 8, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+	_mm256_storeu_ps(out + 16, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+	_mm256_storeu_ps(out + 24, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+}
+
+/* out[0..31] = ds * q - dm for unsigned q (the k-quants' affine form). */
+static inline void store32_affine(float *out, __m256i q, float ds, float dm)
+{
+	__m256 vs = _mm256_set1_ps(ds), vm = _mm256_set1_ps(dm);
+	__m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+	__m256 f[4] = {
+		_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)),
+		_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))),
+		_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)),
+		_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))),
+	};
+
+	for (int k = 0; k < 4; k++)
+		_mm256_storeu_ps(out + 8 * k, _mm256_sub_ps(_mm256_mul_ps(vs, f[k]), vm));
+}
+
+void dequant_q4_0_avx2(const void *row, float *out, int64_t n)
+{
+	const struct blk_q4_0 *b = row;
+
+	for (int64_t i = 0; i < n / QK4_0; i++, out += QK4_0)
+		store32_scaled(out, _mm256_sub_epi8(nibbles(b[i].qs), _mm256_set1_epi8(8)), f16(b[i].d));
+}
+
+void dequant_q8_0_avx2(const void *row, float *out, int64_t n)
+{
+	const struct blk_q8_0 *b = row;
+
+	for (int64_t i = 0; i < n / QK8_0; i++, out += QK8_0)
+		store32_scaled(out, _mm256_loadu_si256((const __m256i *)b[i].qs), f16(b[i].d));
+}
+
+void dequant_q4_k_avx2(const void *row, float *out, int64_t n)
+{
+	const struct blk_q4_k *b = row;
+	const __m256i m15 = _mm256_set1_epi8(15);
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		float d = f16(b[i].d), dmin = f16(b[i].dmin);
+
+		for (int c = 0; c < 4; c++, out += 64) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+			uint8_t sc0, m0, sc1, m1;
+
+			ops_k_scale_min(b[i].scales, 2 * c, &sc0, &m0);
+			ops_k_scale_min(b[i].scales, 2 * c + 1, &sc1, &m1);
+			store32_affine(out, _mm256_and_si256(q, m15), d * sc0, dmin * m0);
+			store32_affine(out + 32, _mm256_and_si256(_mm256_srli_epi16(q, 4), m15), d * sc1, dmin * m1);
+		}
+	}
+}
+
+void dequant_q5_k_avx2(const void *row, float *out, int64_t n)
+{
+	const struct blk_q5_k *b = row;
+	const __m256i m15 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		float d = f16(b[i].d), dmin = f16(b[i].dmin);
+		__m256i h = _mm256_loadu_si256((const __m256i *)b[i].qh);
+
+		for (int c = 0; c < 4; c++, out += 64) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+			__m256i lo = _mm256_or_si256(_mm256_and_si256(q, m15), _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
+			__m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15),
+						     _mm256_and_si256(_mm256_slli_epi16(h, 3), m16));
+			uint8_t sc0, m0, sc1, m1;
+
+			ops_k_scale_min(b[i].scales, 2 * c, &sc0, &m0);
+			ops_k_scale_min(b[i].scales, 2 * c + 1, &sc1, &m1);
+			store32_affine(out, lo, d * sc0, dmin * m0);
+			store32_affine(out + 32, hi, d * sc1, dmin * m1);
+			/* bits of the next two sub-blocks to bits 0 and 1; what the 16-bit
+			 * shift pulls in from the neighbour byte lands in bits 6-7 and
+			 * never reaches bits 0-1 within the four steps */
+			h = _mm256_srli_epi16(h, 2);
+		}
+	}
+}
+
+/* The four groups of 32 six-bit values (0..63) of half `h` of a q6_k block,
+ * in element order: ql gives the low 4 bits, qh bits 2g and 2g+1 the high 2. */
+static inline void q6_k_groups(const struct blk_q6_k *b, int h, __m256i g[4])
+{
+	const __m256i m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+	__m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+	__m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+	__m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+
+	g[0] = _mm256_or_si256(_mm256_and_si256(ql0, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m48));
+	g[1] = _mm256_or_si256(_mm256_and_si256(ql1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m48));
+	g[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m15), _mm256_and_si256(qh, m48));
+	g[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m15),
+			       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m48));
+}
+
+void dequant_q6_k_avx2(const void *row, float *out, int64_t n)
+{
+	const struct blk_q6_k *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		float d = f16(b[i].d);
+
+		for (int h = 0; h < 2; h++) {
+			__m256i g[4];
+
+			q6_k_groups(&b[i], h, g);
+			for (int k = 0; k < 4; k++, out += 32) {
+				/* two 16-element halves with their own scales: (q - 32) * (d * sc) */
+				__m256i q = _mm256_sub_epi8(g[k], _mm256_set1_epi8(32));
+				__m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+				__m256 s0 = _mm256_set1_ps(d * b[i].scales[8 * h + 2 * k]);
+				__m256 s1 = _mm256_set1_ps(d * b[i].scales[8 * h + 2 * k + 1]);
+
+				_mm256_storeu_ps(out, _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+				_mm256_storeu_ps(out + 8, _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+				_mm256_storeu_ps(out + 16, _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+				_mm256_storeu_ps(out + 24, _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+			}
+		}
+	}
+}
+
+/* ---- activation quantizers ----------------------------------------------------------- */
+
+/* 32 floats times id, rounded to nearest even (as nearbyintf), to 32 int8 in
+ * order; *sum gets the sum of the 16 first and 16 last values. */
+static inline __m256i round32(const float *x, __m256 id, int *sum_lo, int *sum_hi)
+{
+	__m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+	__m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+	__m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+	__m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+	/* packs interleave the 128-bit lanes: 0 4 1 5 2 6 3 7 in dwords; undo it */
+	__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+
+	*sum_lo = hsum_epi32(_mm256_add_epi32(i0, i1));
+	*sum_hi = hsum_epi32(_mm256_add_epi32(i2, i3));
+	return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline float amax_ps(const float *x, int n)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 m = _mm256_setzero_ps();
+
+	for (int j = 0; j < n; j += 8)
+		m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+	return hmax_ps(m);
+}
+
+void quant_act_q8_32_avx2(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_32 *b = out;
+
+	for (int64_t i = 0; i < n / 32; i++, x += 32) {
+		float amax = amax_ps(x, 32);
+		float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+		int s0, s1;
+
+		_mm256_storeu_si256((__m256i *)b[i].qs, round32(x, _mm256_set1_ps(id), &s0, &s1));
+		b[i].d = d;
+		b[i].s = d * (float)(s0 + s1);
+	}
+}
+
+void quant_act_q8_256_avx2(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_256 *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float amax = amax_ps(x, QK_K);
+		__m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+
+		for (int g = 0; g < 8; g++) {
+			int s0, s1;
+
+			_mm256_storeu_si256((__m256i *)(b[i].qs + 32 * g), round32(x + 32 * g, id, &s0, &s1));
+			b[i].bsums[2 * g] = (int16_t)s0;
+			b[i].bsums[2 * g + 1] = (int16_t)s1;
+		}
+		b[i].d = amax / 127.0f;
+	}
+}
+
+/* ---- integer row dots ------------------------------------------------------------------ */
+
+/* q4_0: sum over blocks of dw dy sum((q - 8) y). The -8 comes off in int32
+ * as 8 sum(y) per lane group, computed once per block for all rows. */
+void dot_rows_q4_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+	const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
+	const struct blk_q4_0 *b[OPS_DOT_ROWS];
+	__m256 acc[OPS_DOT_ROWS];
+
+	for (int r = 0; r < nr; r++) {
+		b[r] = row_at(w, ws, r);
+		acc[r] = _mm256_setzero_ps();
+	}
+	for (int64_t i = 0; i < n / QK4_0; i++) {
+		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);
+		__m256i y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, yq), ones);
+
+		for (int r = 0; r < nr; r++) {
+			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(b[r][i].qs), yq), ones);
+
+			p = _mm256_sub_epi32(p, y8);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[r] = hsum_ps(acc[r]);
+}
+
+/* q8_0: signed times signed through |w| and y with w's sign. */
+void dot_rows_q8_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+	const __m256i ones = _mm256_set1_epi16(1);
+	const struct blk_q8_0 *b[OPS_DOT_ROWS];
+	__m256 acc[OPS_DOT_ROWS];
+
+	for (int r = 0; r < nr; r++) {
+		b[r] = row_at(w, ws, r);
+		acc[r] = _mm256_setzero_ps();
+	}
+	for (int64_t i = 0; i < n / QK8_0; i++) {
+		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);
+
+		for (int r = 0; r < nr; r++) {
+			__m256i wq = _mm256_loadu_si256((const __m256i *)b[r][i].qs);
+			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(yq, wq)), ones);
+
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		s[r] = hsum_ps(acc[r]);
+}
+
+/* The 8 scales and 8 mins of a q4_k/q5_k block as bytes: sc in the low 8,
+ * m in the high 8 (the unpacking of ops_k_scale_min, four at a time). */
+static inline __m128i k_scales(const uint8_t *s)
+{
+	uint32_t u[3];
+
+	memcpy(u, s, 12);
+	return _mm_setr_epi32((int)(u[0] & 0x3f3f3f3f),
+			      (int)((u[2] & 0x0f0f0f0f) | ((u[0] >> 6) & 0x03030303) << 4),
+			      (int)(u[1] & 0x3f3f3f3f),
+			      (int)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 6) & 0x03030303) << 4));
+}
+
+/* Shuffle controls that spread int16 word k over a 256-bit register: the low
+ * lane gets word lo, the high lane word hi. */
+static inline __m256i spread_words(int lo, int hi)
+{
+	return _mm256_setr_epi8((char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo),
+				(char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1),
+				(char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo), (char)(2 * lo + 1), (char)(2 * lo),
+				(char)(2 * lo + 1), (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
+				(char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi),
+				(char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1), (char)(2 * hi), (char)(2 * hi + 1),
+				(char)(2 * hi), (char)(2 * hi + 1));
+}
+
+/* The shared part of q4_k and q5_k: given the 8 sub-blocks' values (0..31) as
+ * four registers of 64 (low nibble sub-block, high nibble sub-block), adds
+ * d dy sum_j sc_j sum(q y) - dmin dy sum_j m_j sum(y) into acc / accm. */
+static inline void k_affine_block(const __m256i lo[4], const __m256i hi[4], const uint8_t *scales, uint16_t d,
+				  uint16_t dmin, const struct blk_q8_256 *y, __m256 *acc, __m256 *accm)
+{
+	__m128i sm = k_scales(scales);
+	__m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+	__m256i mdup = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));  /* m0 m0 m1 m1 ... */
+	__m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), mdup);
+	__m256i isum = _mm256_setzero_si256();
+
+	for (int c = 0; c < 4; c++) {
+		__m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
+		__m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
+		__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[c], y0),
+					       _mm256_shuffle_epi8(sc, spread_words(2 * c, 2 * c)));
+		__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[c], y1),
+					       _mm256_shuffle_epi8(sc, spread_words(2 * c + 1, 2 * c + 1)));
+
+		isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+	}
+	*acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16(d) * y->d), *acc);
+	*accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(f16(dmin) * y->d), *accm);
+}
+
+void dot_rows_q4_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m256i m15 = _mm256_set1_epi8(15);
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q4_k *b = row_at(w, ws, r);
+		__m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m256i lo[4], hi[4];
+
+			for (int c = 0; c < 4; c++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+
+				lo[c] = _mm256_and_si256(q, m15);
+				hi[c] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+			}
+			k_affine_block(lo, hi, b[i].scales, b[i].d, b[i].dmin, &y[i], &acc, &accm);
+		}
+		s[r] = hsum_ps(acc) - hsum_ps(accm);
+	}
+}
+
+void dot_rows_q5_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m256i m15 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q5_k *b = row_at(w, ws, r);
+		__m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m256i lo[4], hi[4], h = _mm256_loadu_si256((const __m256i *)b[i].qh);
+
+			for (int c = 0; c < 4; c++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+
+				lo[c] = _mm256_or_si256(_mm256_and_si256(q, m15), _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
+				hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15),
+							_mm256_and_si256(_mm256_slli_epi16(h, 3), m16));
+				h = _mm256_srli_epi16(h, 2); /* see dequant_q5_k_avx2 */
+			}
+			k_affine_block(lo, hi, b[i].scales, b[i].d, b[i].dmin, &y[i], &acc, &accm);
+		}
+		s[r] = hsum_ps(acc) - hsum_ps(accm);
+	}
+}
+
+/* q6_k: sum_k sc_k sum((q - 32) y) over 16-element groups; the -32 comes off
+ * as 32 sum_k sc_k bsum_k. */
+void dot_rows_q6_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q6_k *b = row_at(w, ws, r);
+		__m256 acc = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].scales));
+			__m256i isum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16);
+
+			isum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(isum, 5));
+			for (int h = 0; h < 2; h++) {
+				__m256i g[4];
+				__m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(b[i].scales + 8 * h))));
+
+				q6_k_groups(&b[i], h, g);
+				for (int k = 0; k < 4; k++) {
+					__m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * k));
+					__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(g[k], yq),
+								      _mm256_shuffle_epi8(sc, spread_words(2 * k, 2 * k + 1)));
+
+					isum = _mm256_add_epi32(isum, p);
+				}
+			}
+			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(f16(b[i].d) * y[i].d), acc);
+		}
+		s[r] = hsum_ps(acc);
+	}
+}

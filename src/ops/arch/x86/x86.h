@@ -1,0 +1,29 @@
+/* x86.h - the x86 kernel files' declarations for cpu.c, which picks them by
+ * CPU feature. Functions in *_avx2.c are compiled with -mavx2 -mfma -mf16c and
+ * must only be called after cpu.c has checked those features. */
+#ifndef TKV_OPS_ARCH_X86_H
+#define TKV_OPS_ARCH_X86_H
+
+#include "ops/ops_impl.h"
+
+void dequant_f16_avx2(const void *row, float *out, int64_t n);
+void dequant_bf16_avx2(const void *row, float *out, int64_t n);
+void dequant_q4_0_avx2(const void *row, float *out, int64_t n);
+void dequant_q8_0_avx2(const void *row, float *out, int64_t n);
+void dequant_q4_k_avx2(const void *row, float *out, int64_t n);
+void dequant_q5_k_avx2(const void *row, float *out, int64_t n);
+void dequant_q6_k_avx2(const void *row, float *out, int64_t n);
+
+void quant_act_q8_32_avx2(const float *x, void *out, int64_t n);
+void quant_act_q8_256_avx2(const float *x, void *out, int64_t n);
+
+void dot_rows_f32_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_f16_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_bf16_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q4_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q8_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q4_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q5_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q6_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+
+#endif

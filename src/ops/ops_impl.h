@@ -1,0 +1,184 @@
+/* ops_impl.h - what the kernel files of src/ops/ share: the block layouts of the
+ * weight types, the activation formats their integer dot products read, and the
+ * per-type kernel table.
+ *
+ * Weight blocks (the ggml/GGUF layouts, little-endian, packed):
+ *
+ *   q4_0  32 weights  | f16 d | 16 bytes: byte j holds weight j (low nibble) and
+ *                       weight j+16 (high nibble); w = d * (q - 8)
+ *   q8_0  32 weights  | f16 d | 32 int8 q; w = d * q
+ *   q4_k 256 weights  | f16 d | f16 dmin | 12 bytes of 6-bit (scale, min) for 8
+ *                       sub-blocks of 32 | 128 bytes of nibbles; chunk c of 64
+ *                       weights is the 32 bytes qs[32c..]: low nibbles are
+ *                       sub-block 2c, high nibbles sub-block 2c+1;
+ *                       w = d * sc[j] * q - dmin * m[j]
+ *   q5_k 256 weights  | f16 d | f16 dmin | 12 bytes scales as q4_k | 32 bytes qh
+ *                       | 128 bytes qs; the 5th bit of weight l of sub-block j is
+ *                       bit j of qh[l % 32]; w = d * sc[j] * q - dmin * m[j]
+ *   q6_k 256 weights  | 128 bytes ql (low 4 bits) | 64 bytes qh (high 2 bits) |
+ *                       16 int8 scales (one per 16 weights) | f16 d;
+ *                       w = d * sc[k] * (q - 32); see dequant_q6_k_ref for the
+ *                       order of the bits
+ *
+ * The 6-bit scales of q4_k/q5_k (bytes s[0..11]): for j < 4, sc[j] = s[j] & 63,
+ * m[j] = s[j+4] & 63; for j >= 4, sc[j] = (s[j+4] & 15) | (s[j-4] >> 6) << 4 and
+ * m[j] = (s[j+4] >> 4) | (s[j] >> 6) << 4.
+ *
+ * Activations: a matmul quantizes each row of X once to the format its weight
+ * type's kernel reads (act_type in the table), then every weight row is an
+ * integer dot product against it, scaled per block:
+ *
+ *   OPS_ACT_F32     the floats themselves (f32, f16, bf16 weights)
+ *   OPS_ACT_Q8_32   blocks of 32: f32 d, f32 s = d * sum(q), 32 int8 q in
+ *                   [-127, 127]; x ~ d * q (q4_0, q8_0)
+ *   OPS_ACT_Q8_256  blocks of 256: f32 d, 16 int16 sums of 16 q each, 256 int8
+ *                   q; x ~ d * q (q4_k, q5_k, q6_k)
+ */
+#ifndef TKV_OPS_OPS_IMPL_H
+#define TKV_OPS_OPS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/dtype.h"
+
+#define QK4_0 32
+#define QK8_0 32
+#define QK_K 256
+
+struct blk_q4_0 {
+	uint16_t d;           /* f16 scale */
+	uint8_t qs[QK4_0 / 2];
+};
+_Static_assert(sizeof(struct blk_q4_0) == 18, "q4_0 block is 18 bytes");
+
+struct blk_q8_0 {
+	uint16_t d;           /* f16 scale */
+	int8_t qs[QK8_0];
+};
+_Static_assert(sizeof(struct blk_q8_0) == 34, "q8_0 block is 34 bytes");
+
+struct blk_q4_k {
+	uint16_t d;           /* f16 super-block scale of the sub-block scales */
+	uint16_t dmin;        /* f16 super-block scale of the sub-block mins */
+	uint8_t scales[12];   /* 8 x (6-bit scale, 6-bit min) */
+	uint8_t qs[QK_K / 2];
+};
+_Static_assert(sizeof(struct blk_q4_k) == 144, "q4_k block is 144 bytes");
+
+struct blk_q5_k {
+	uint16_t d;
+	uint16_t dmin;
+	uint8_t scales[12];
+	uint8_t qh[QK_K / 8];  /* 5th bits */
+	uint8_t qs[QK_K / 2];  /* low 4 bits */
+};
+_Static_assert(sizeof(struct blk_q5_k) == 176, "q5_k block is 176 bytes");
+
+struct blk_q6_k {
+	uint8_t ql[QK_K / 2];      /* low 4 bits */
+	uint8_t qh[QK_K / 4];      /* high 2 bits */
+	int8_t scales[QK_K / 16];  /* one per 16 weights */
+	uint16_t d;                /* f16 */
+};
+_Static_assert(sizeof(struct blk_q6_k) == 210, "q6_k block is 210 bytes");
+
+enum ops_act_type {
+	OPS_ACT_F32 = 0,
+	OPS_ACT_Q8_32 = 1,
+	OPS_ACT_Q8_256 = 2,
+	OPS_ACT_COUNT
+};
+
+struct blk_q8_32 {
+	float d;              /* x ~ d * q */
+	float s;              /* d * sum(q) */
+	int8_t qs[32];
+};
+_Static_assert(sizeof(struct blk_q8_32) == 40, "q8_32 activation block is 40 bytes");
+
+struct blk_q8_256 {
+	float d;
+	int16_t bsums[16];    /* sum of q[16i .. 16i+15] */
+	int8_t qs[256];
+};
+_Static_assert(sizeof(struct blk_q8_256) == 292, "q8_256 activation block is 292 bytes");
+
+/* Elements per block and bytes per block of each activation format. */
+extern const uint32_t ops_act_blck[OPS_ACT_COUNT];
+extern const uint32_t ops_act_size[OPS_ACT_COUNT];
+
+/* Dequantizes n elements (a multiple of the block size) of a row. */
+typedef void (*ops_dequant_fn)(const void *row, float *out, int64_t n);
+/* Quantizes n floats to a row of the activation format. */
+typedef void (*ops_quant_act_fn)(const float *x, void *out, int64_t n);
+/* Row dots: s[r] = dot(row r of W, a) for r < nr (1 <= nr <= OPS_DOT_ROWS),
+ * rows ws bytes apart, a one row of the type's activation format; n elements. */
+typedef void (*ops_dot_rows_fn)(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+
+#define OPS_DOT_ROWS 4
+
+/* The kernels of one weight type. A NULL table entry means "not supported". */
+struct ops_type_kernels {
+	uint32_t act_type;           /* enum ops_act_type */
+	ops_dequant_fn dequant;
+	ops_dot_rows_fn dot_rows;
+	/* Optional interleaved panels for multi-token matmuls (ops.c). */
+	void (*pack)(const void *w, size_t ws, int64_t n, void *panel);
+	void (*panel_gemm)(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+};
+
+/* Activation quantizers by act type (NULL for OPS_ACT_F32). */
+struct ops_act_kernels {
+	ops_quant_act_fn quant[OPS_ACT_COUNT];
+};
+
+/* The selected kernels of a weight type (NULL for numbers past the table; a
+ * type without kernels has NULL entries), and of the activation formats. */
+const struct ops_type_kernels *ops_kernels(uint32_t type);
+const struct ops_act_kernels *ops_act_kernels(void);
+
+/* ---- scalar references (ops/quant.c) ---------------------------------------- */
+
+void dequant_f32_ref(const void *row, float *out, int64_t n);
+void dequant_f16_ref(const void *row, float *out, int64_t n);
+void dequant_bf16_ref(const void *row, float *out, int64_t n);
+void dequant_q4_0_ref(const void *row, float *out, int64_t n);
+void dequant_q8_0_ref(const void *row, float *out, int64_t n);
+void dequant_q4_k_ref(const void *row, float *out, int64_t n);
+void dequant_q5_k_ref(const void *row, float *out, int64_t n);
+void dequant_q6_k_ref(const void *row, float *out, int64_t n);
+
+void quant_act_q8_32_ref(const float *x, void *out, int64_t n);
+void quant_act_q8_256_ref(const float *x, void *out, int64_t n);
+
+void dot_rows_f32_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_f16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_bf16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q4_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q8_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q4_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q5_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q6_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+
+/* The 6-bit (scale, min) of sub-block j (0..7) of a q4_k/q5_k block. */
+static inline void ops_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (uint8_t)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+		*m = (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+	}
+}
+
+/* ---- per-architecture selection --------------------------------------------- */
+
+/* Replaces entries of the reference tables with faster versions this CPU can
+ * run (arch/x86/cpu.c checks the CPU features; arch/generic/cpu.c does nothing).
+ * Called once, before any kernel runs. Returns a short name of what was
+ * selected ("avx2", or "ref" when nothing was). */
+const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act);
+
+#endif

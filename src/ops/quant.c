@@ -1,0 +1,556 @@
+/* quant.c - scalar reference kernels of every weight type: dequantize a row,
+ * quantize activations, integer row dots, and the weight quantizers used to
+ * write models. Written from the block layouts in ops_impl.h, for clarity:
+ * the arch/ versions are tested against these. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/ops_impl.h"
+
+const uint32_t ops_act_blck[OPS_ACT_COUNT] = {
+	[OPS_ACT_F32] = 1,
+	[OPS_ACT_Q8_32] = 32,
+	[OPS_ACT_Q8_256] = QK_K,
+};
+
+const uint32_t ops_act_size[OPS_ACT_COUNT] = {
+	[OPS_ACT_F32] = sizeof(float),
+	[OPS_ACT_Q8_32] = sizeof(struct blk_q8_32),
+	[OPS_ACT_Q8_256] = sizeof(struct blk_q8_256),
+};
+
+#define F16(h) ops_f16_to_f32(h)
+
+/* ---- dequantize --------------------------------------------------------------- */
+
+void dequant_f32_ref(const void *row, float *out, int64_t n)
+{
+	memcpy(out, row, (size_t)n * sizeof(float));
+}
+
+void dequant_f16_ref(const void *row, float *out, int64_t n)
+{
+	const uint16_t *h = row;
+
+	for (int64_t i = 0; i < n; i++)
+		out[i] = ops_f16_to_f32(h[i]);
+}
+
+void dequant_bf16_ref(const void *row, float *out, int64_t n)
+{
+	const uint16_t *h = row;
+
+	for (int64_t i = 0; i < n; i++)
+		out[i] = ops_bf16_to_f32(h[i]);
+}
+
+void dequant_q4_0_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q4_0 *b = row;
+
+	for (int64_t i = 0; i < n / QK4_0; i++, out += QK4_0) {
+		float d = F16(b[i].d);
+
+		for (int j = 0; j < QK4_0 / 2; j++) {
+			out[j] = d * (float)((b[i].qs[j] & 15) - 8);
+			out[j + 16] = d * (float)((b[i].qs[j] >> 4) - 8);
+		}
+	}
+}
+
+void dequant_q8_0_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q8_0 *b = row;
+
+	for (int64_t i = 0; i < n / QK8_0; i++, out += QK8_0) {
+		float d = F16(b[i].d);
+
+		for (int j = 0; j < QK8_0; j++)
+			out[j] = d * (float)b[i].qs[j];
+	}
+}
+
+void dequant_q4_k_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q4_k *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		float d = F16(b[i].d), dmin = F16(b[i].dmin);
+
+		for (int j = 0; j < 8; j++, out += 32) {
+			const uint8_t *q = b[i].qs + 32 * (j / 2);
+			int shift = (j & 1) * 4;
+			uint8_t sc, m;
+
+			ops_k_scale_min(b[i].scales, j, &sc, &m);
+			for (int l = 0; l < 32; l++)
+				out[l] = d * sc * (float)((q[l] >> shift) & 15) - dmin * m;
+		}
+	}
+}
+
+void dequant_q5_k_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q5_k *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		float d = F16(b[i].d), dmin = F16(b[i].dmin);
+
+		for (int j = 0; j < 8; j++, out += 32) {
+			const uint8_t *q = b[i].qs + 32 * (j / 2);
+			int shift = (j & 1) * 4;
+			uint8_t sc, m;
+
+			ops_k_scale_min(b[i].scales, j, &sc, &m);
+			for (int l = 0; l < 32; l++) {
+				int v = ((q[l] >> shift) & 15) | ((b[i].qh[l] >> j) & 1) << 4;
+
+				out[l] = d * sc * (float)v - dmin * m;
+			}
+		}
+	}
+}
+
+/* The 6-bit value of element e (0..255) of a q6_k block, before the -32: each
+ * half of 128 has 64 bytes of ql and 32 of qh; element l + 32g of a half (l <
+ * 32, g < 4) takes ql[l + 32 (g & 1)] (low nibble for g < 2, high for g >= 2)
+ * and bits 2g, 2g+1 of qh[l]. */
+static inline int q6_k_value(const struct blk_q6_k *b, int e)
+{
+	int h = e / 128, g = (e % 128) / 32, l = e % 32;
+	const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+	int lo = (ql[l + 32 * (g & 1)] >> (g >= 2 ? 4 : 0)) & 15;
+	int hi = (qh[l] >> (2 * g)) & 3;
+
+	return lo | hi << 4;
+}
+
+void dequant_q6_k_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q6_k *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++, out += QK_K) {
+		float d = F16(b[i].d);
+
+		for (int e = 0; e < QK_K; e++)
+			out[e] = d * b[i].scales[e / 16] * (float)(q6_k_value(&b[i], e) - 32);
+	}
+}
+
+/* ---- activations ------------------------------------------------------------------ */
+
+/* Scale and inverse scale for a block whose largest magnitude is amax. The
+ * AVX2 quantizers compute exactly these, so both give the same bytes. */
+static inline void act_scale(float amax, float *d, float *id)
+{
+	*d = amax / 127.0f;
+	*id = amax > 0.0f ? 127.0f / amax : 0.0f;
+}
+
+void quant_act_q8_32_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_32 *b = out;
+
+	for (int64_t i = 0; i < n / 32; i++, x += 32) {
+		float amax = 0.0f, d, id;
+		int sum = 0;
+
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		act_scale(amax, &d, &id);
+		for (int j = 0; j < 32; j++) {
+			int q = (int)nearbyintf(x[j] * id);
+
+			b[i].qs[j] = (int8_t)q;
+			sum += q;
+		}
+		b[i].d = d;
+		b[i].s = d * (float)sum;
+	}
+}
+
+void quant_act_q8_256_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_256 *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float amax = 0.0f, d, id;
+
+		for (int j = 0; j < QK_K; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		act_scale(amax, &d, &id);
+		for (int k = 0; k < 16; k++) {
+			int sum = 0;
+
+			for (int j = 16 * k; j < 16 * k + 16; j++) {
+				int q = (int)nearbyintf(x[j] * id);
+
+				b[i].qs[j] = (int8_t)q;
+				sum += q;
+			}
+			b[i].bsums[k] = (int16_t)sum;
+		}
+		b[i].d = d;
+	}
+}
+
+/* ---- row dots ----------------------------------------------------------------------- */
+
+void dot_rows_f32_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const float *x = a;
+
+	for (int r = 0; r < nr; r++) {
+		const float *v = (const float *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n; i++)
+			sum += v[i] * x[i];
+		s[r] = sum;
+	}
+}
+
+void dot_rows_f16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const float *x = a;
+
+	for (int r = 0; r < nr; r++) {
+		const uint16_t *h = (const uint16_t *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n; i++)
+			sum += ops_f16_to_f32(h[i]) * x[i];
+		s[r] = sum;
+	}
+}
+
+void dot_rows_bf16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const float *x = a;
+
+	for (int r = 0; r < nr; r++) {
+		const uint16_t *h = (const uint16_t *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n; i++)
+			sum += ops_bf16_to_f32(h[i]) * x[i];
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q4_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q4_0 *b = (const void *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK4_0; i++) {
+			int isum = 0;
+
+			for (int j = 0; j < 16; j++)
+				isum += ((b[i].qs[j] & 15) - 8) * y[i].qs[j] + ((b[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q8_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q8_0 *b = (const void *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK8_0; i++) {
+			int isum = 0;
+
+			for (int j = 0; j < 32; j++)
+				isum += b[i].qs[j] * y[i].qs[j];
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+/* q4_k and q5_k: sum_j d sc_j sum(q y) - dmin m_j sum(y), with every sum over a
+ * sub-block of 32 and the y sums from the activation's 16-element sums. */
+void dot_rows_q4_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q4_k *b = (const void *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			int isum = 0, msum = 0;
+
+			for (int j = 0; j < 8; j++) {
+				const uint8_t *q = b[i].qs + 32 * (j / 2);
+				const int8_t *yq = y[i].qs + 32 * j;
+				int shift = (j & 1) * 4, dot = 0;
+				uint8_t sc, m;
+
+				ops_k_scale_min(b[i].scales, j, &sc, &m);
+				for (int l = 0; l < 32; l++)
+					dot += ((q[l] >> shift) & 15) * yq[l];
+				isum += sc * dot;
+				msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+			}
+			sum += y[i].d * (F16(b[i].d) * (float)isum - F16(b[i].dmin) * (float)msum);
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q5_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q5_k *b = (const void *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			int isum = 0, msum = 0;
+
+			for (int j = 0; j < 8; j++) {
+				const uint8_t *q = b[i].qs + 32 * (j / 2);
+				const int8_t *yq = y[i].qs + 32 * j;
+				int shift = (j & 1) * 4, dot = 0;
+				uint8_t sc, m;
+
+				ops_k_scale_min(b[i].scales, j, &sc, &m);
+				for (int l = 0; l < 32; l++)
+					dot += (((q[l] >> shift) & 15) | ((b[i].qh[l] >> j) & 1) << 4) * yq[l];
+				isum += sc * dot;
+				msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+			}
+			sum += y[i].d * (F16(b[i].d) * (float)isum - F16(b[i].dmin) * (float)msum);
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q6_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q6_k *b = (const void *)((const char *)w + (size_t)r * ws);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			int isum = 0;
+
+			for (int k = 0; k < 16; k++) {
+				int dot = 0;
+
+				for (int e = 16 * k; e < 16 * k + 16; e++)
+					dot += (q6_k_value(&b[i], e) - 32) * y[i].qs[e];
+				isum += b[i].scales[k] * dot;
+			}
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+/* ---- weight quantizers ------------------------------------------------------------- */
+
+static inline int clampi(int v, int lo, int hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The f16 of d, and the inverse of the value it rounds to (0 for 0). */
+static inline uint16_t f16_scale(float d, float *id)
+{
+	uint16_t h = ops_f32_to_f16(d);
+	float dq = ops_f16_to_f32(h);
+
+	*id = dq != 0.0f ? 1.0f / dq : 0.0f;
+	return h;
+}
+
+static void quantize_q4_0(const float *x, void *out, int64_t n)
+{
+	struct blk_q4_0 *b = out;
+
+	for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+		float amax = 0.0f, id;
+
+		for (int j = 0; j < QK4_0; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		b[i].d = f16_scale(amax / 7.0f, &id);
+		for (int j = 0; j < 16; j++) {
+			int lo = clampi((int)nearbyintf(x[j] * id) + 8, 0, 15);
+			int hi = clampi((int)nearbyintf(x[j + 16] * id) + 8, 0, 15);
+
+			b[i].qs[j] = (uint8_t)(lo | hi << 4);
+		}
+	}
+}
+
+static void quantize_q8_0(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_0 *b = out;
+
+	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+		float amax = 0.0f, id;
+
+		for (int j = 0; j < QK8_0; j++)
+			amax = fmaxf(amax, fabsf(x[j]));
+		b[i].d = f16_scale(amax / 127.0f, &id);
+		for (int j = 0; j < QK8_0; j++)
+			b[i].qs[j] = (int8_t)clampi((int)nearbyintf(x[j] * id), -127, 127);
+	}
+}
+
+/* Packs 8 6-bit (scale, min) pairs into the 12 bytes ops_k_scale_min reads. */
+static void pack_k_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t s[12])
+{
+	for (int j = 0; j < 4; j++) {
+		s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+		s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+		s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+	}
+}
+
+/* q4_k / q5_k with `levels` = 15 or 31: each sub-block of 32 maps [min, max]
+ * (min clamped to <= 0) onto 0..levels; the sub-block scales and mins are then
+ * quantized to 6 bits against the super-block's largest. Returns the values
+ * q[256] and fills d, dmin, scales. */
+static void quantize_k_affine(const float *x, int levels, uint16_t *d16, uint16_t *dmin16,
+			      uint8_t scales[12], uint8_t q[QK_K])
+{
+	float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f, id, idm, d, dmin;
+	uint8_t sc[8], m[8];
+
+	for (int j = 0; j < 8; j++) {
+		float lo = 0.0f, hi = 0.0f;
+
+		for (int l = 0; l < 32; l++) {
+			lo = fminf(lo, x[32 * j + l]);
+			hi = fmaxf(hi, x[32 * j + l]);
+		}
+		scale[j] = (hi - lo) / (float)levels;
+		mins[j] = -lo;
+		max_scale = fmaxf(max_scale, scale[j]);
+		max_min = fmaxf(max_min, mins[j]);
+	}
+	*d16 = f16_scale(max_scale / 63.0f, &id);
+	*dmin16 = f16_scale(max_min / 63.0f, &idm);
+	d = ops_f16_to_f32(*d16);
+	dmin = ops_f16_to_f32(*dmin16);
+	for (int j = 0; j < 8; j++) {
+		float ds, dm;
+
+		sc[j] = (uint8_t)clampi((int)nearbyintf(scale[j] * id), 0, 63);
+		m[j] = (uint8_t)clampi((int)nearbyintf(mins[j] * idm), 0, 63);
+		ds = d * sc[j];
+		dm = dmin * m[j];
+		for (int l = 0; l < 32; l++)
+			q[32 * j + l] = (uint8_t)(ds > 0.0f ? clampi((int)nearbyintf((x[32 * j + l] + dm) / ds), 0, levels) : 0);
+	}
+	pack_k_scales(sc, m, scales);
+}
+
+static void quantize_q4_k(const float *x, void *out, int64_t n)
+{
+	struct blk_q4_k *b = out;
+	uint8_t q[QK_K];
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		quantize_k_affine(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+		for (int c = 0; c < 4; c++)
+			for (int l = 0; l < 32; l++)
+				b[i].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
+	}
+}
+
+static void quantize_q5_k(const float *x, void *out, int64_t n)
+{
+	struct blk_q5_k *b = out;
+	uint8_t q[QK_K];
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		quantize_k_affine(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+		memset(b[i].qh, 0, sizeof b[i].qh);
+		for (int c = 0; c < 4; c++)
+			for (int l = 0; l < 32; l++)
+				b[i].qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 15) | (q[64 * c + 32 + l] & 15) << 4);
+		for (int j = 0; j < 8; j++)
+			for (int l = 0; l < 32; l++)
+				b[i].qh[l] |= (uint8_t)((q[32 * j + l] >> 4) << j);
+	}
+}
+
+static void quantize_q6_k(const float *x, void *out, int64_t n)
+{
+	struct blk_q6_k *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float scale[16], max_abs_scale = 0.0f, id, d;
+		uint8_t q[QK_K];
+
+		for (int k = 0; k < 16; k++) {
+			float amax = 0.0f;
+
+			for (int l = 0; l < 16; l++)
+				amax = fmaxf(amax, fabsf(x[16 * k + l]));
+			scale[k] = amax / 31.0f;
+			max_abs_scale = fmaxf(max_abs_scale, scale[k]);
+		}
+		b[i].d = f16_scale(max_abs_scale / 127.0f, &id);
+		d = ops_f16_to_f32(b[i].d);
+		for (int k = 0; k < 16; k++) {
+			float ds;
+
+			b[i].scales[k] = (int8_t)clampi((int)nearbyintf(scale[k] * id), 0, 127);
+			ds = d * b[i].scales[k];
+			for (int l = 0; l < 16; l++)
+				q[16 * k + l] = (uint8_t)(ds > 0.0f ? clampi((int)nearbyintf(x[16 * k + l] / ds) + 32, 0, 63) : 32);
+		}
+		memset(b[i].ql, 0, sizeof b[i].ql);
+		memset(b[i].qh, 0, sizeof b[i].qh);
+		for (int e = 0; e < QK_K; e++) {
+			int h = e / 128, g = (e % 128) / 32, l = e % 32;
+
+			b[i].ql[64 * h + l + 32 * (g & 1)] |= (uint8_t)((q[e] & 15) << (g >= 2 ? 4 : 0));
+			b[i].qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * g));
+		}
+	}
+}
+
+int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
+{
+	const struct tkv_dtype_traits *tr = tkv_dtype_traits(type);
+
+	if (!tr || n % tr->blck)
+		return -1;
+	switch (type) {
+	case TKV_F32:
+		memcpy(out, x, (size_t)n * sizeof(float));
+		return 0;
+	case TKV_F16:
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)out)[i] = ops_f32_to_f16(x[i]);
+		return 0;
+	case TKV_BF16:
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)out)[i] = ops_f32_to_bf16(x[i]);
+		return 0;
+	case TKV_Q4_0: quantize_q4_0(x, out, n); return 0;
+	case TKV_Q8_0: quantize_q8_0(x, out, n); return 0;
+	case TKV_Q4_K: quantize_q4_k(x, out, n); return 0;
+	case TKV_Q5_K: quantize_q5_k(x, out, n); return 0;
+	case TKV_Q6_K: quantize_q6_k(x, out, n); return 0;
+	default: return -1;
+	}
+}

@@ -1,0 +1,468 @@
+/* test_quant.c - the weight types' kernels: the SIMD versions selected for
+ * this CPU against the scalar references on random blocks (dequantize,
+ * activation quantizers, row dots for 1..4 rows), the references against an
+ * exact double computation, the weight quantizers' round trip, and the
+ * threaded matmul against the row dots. On a CPU without AVX2 the selected
+ * kernels are the references and the SIMD comparisons are trivially equal. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/dtype.h"
+#include "ops/ops.h"
+#include "ops/ops_impl.h"
+#include "util/tpool.h"
+
+/* Dequantizing is one multiply (and for k-quants one subtract) per element in
+ * both versions, in the same order: bit for bit, no tolerance. */
+#define TOL_DEQUANT 0.0
+/* Activation quantizers round the same products the same way: same bytes. */
+
+/* Row dots: the integer parts are exact; the float parts (a product of two
+ * scales and an int per block, then a sum over blocks) round differently in
+ * the SIMD version (8 lanes, then a horizontal sum). Each rounding is u = 2^-24
+ * relative; with at most 128 blocks and a few roundings per block the
+ * difference stays below 128 * 4 * u = 3e-5 of the sum of magnitudes. */
+#define TOL_DOT_SIMD_REL 3e-5
+/* The references against an exact double sum of dequantized weight times
+ * dequantized activation: the same float bound (the integer dot is exact). */
+#define TOL_DOT_EXACT_REL 3e-5
+/* Weight quantizers: each value lands within half a step of the block's
+ * grid, plus the rounding of the scales to f16 / 6 bits. The step of each
+ * type relative to the block's largest magnitude (or range, for the affine
+ * k-quants), with room for the scale quantization: */
+#define TOL_RT_Q4_0 (0.5 / 7 + 0.02)
+#define TOL_RT_Q8_0 (0.5 / 127 + 0.002)
+#define TOL_RT_Q4_K (0.5 / 15 + 0.05)
+#define TOL_RT_Q5_K (0.5 / 31 + 0.05)
+#define TOL_RT_Q6_K (0.5 / 31 + 0.05)
+#define TOL_RT_F16 (1.0 / 2048)
+#define TOL_RT_BF16 (1.0 / 256)
+
+static const uint32_t types[] = { TKV_F32, TKV_F16, TKV_BF16, TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K };
+#define N_TYPES (sizeof types / sizeof types[0])
+
+#define N_MAX 4096
+
+static uint64_t rng_state;
+
+static uint64_t rng_u64(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint32_t rng_u32(void)
+{
+	return (uint32_t)(rng_u64() >> 32);
+}
+
+static float rng_f(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
+}
+
+/* A positive normal f16 in [2^-12, 2^-4): the scales real weights use. */
+static uint16_t rand_scale(void)
+{
+	return (uint16_t)((3 + rng_u32() % 8) << 10 | (rng_u32() & 0x3ff));
+}
+
+/* A random row of n elements of type: random bits for the quants, sane
+ * scales (one block with a negative scale where the type allows it). */
+static void make_row(uint32_t type, int64_t n, void *row)
+{
+	size_t bytes = tkv_dtype_row_size(type, (uint64_t)n);
+	unsigned char *p = row;
+
+	for (size_t i = 0; i < bytes; i++)
+		p[i] = (unsigned char)rng_u32();
+	switch (type) {
+	case TKV_F32:
+		for (int64_t i = 0; i < n; i++)
+			((float *)row)[i] = rng_f(-2.0f, 2.0f);
+		break;
+	case TKV_F16:
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)row)[i] = ops_f32_to_f16(rng_f(-2.0f, 2.0f));
+		break;
+	case TKV_BF16:
+		for (int64_t i = 0; i < n; i++)
+			((uint16_t *)row)[i] = ops_f32_to_bf16(rng_f(-2.0f, 2.0f));
+		break;
+	case TKV_Q4_0:
+		for (int64_t i = 0; i < n / QK4_0; i++)
+			((struct blk_q4_0 *)row)[i].d = rand_scale() | (i == 1 ? 0x8000 : 0);
+		break;
+	case TKV_Q8_0:
+		for (int64_t i = 0; i < n / QK8_0; i++)
+			((struct blk_q8_0 *)row)[i].d = rand_scale() | (i == 1 ? 0x8000 : 0);
+		break;
+	case TKV_Q4_K:
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			((struct blk_q4_k *)row)[i].d = rand_scale();
+			((struct blk_q4_k *)row)[i].dmin = rand_scale();
+		}
+		break;
+	case TKV_Q5_K:
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			((struct blk_q5_k *)row)[i].d = rand_scale();
+			((struct blk_q5_k *)row)[i].dmin = rand_scale();
+		}
+		break;
+	case TKV_Q6_K:
+		for (int64_t i = 0; i < n / QK_K; i++)
+			((struct blk_q6_k *)row)[i].d = rand_scale();
+		break;
+	default:
+		fail_msg("make_row: type %u", type);
+	}
+}
+
+static void make_x(float *x, int64_t n, int pattern)
+{
+	for (int64_t i = 0; i < n; i++)
+		x[i] = rng_f(-3.0f, 3.0f);
+	if (pattern == 1) /* a block of zeros and a block with one outlier */
+		for (int i = 0; i < 32; i++) {
+			x[i] = 0.0f;
+			x[32 + i] = i == 5 ? 1000.0f : 0.01f * x[32 + i];
+		}
+}
+
+static const ops_dequant_fn ref_dequant[TKV_DTYPE_COUNT] = {
+	[TKV_F32] = dequant_f32_ref, [TKV_F16] = dequant_f16_ref, [TKV_BF16] = dequant_bf16_ref,
+	[TKV_Q4_0] = dequant_q4_0_ref, [TKV_Q8_0] = dequant_q8_0_ref, [TKV_Q4_K] = dequant_q4_k_ref,
+	[TKV_Q5_K] = dequant_q5_k_ref, [TKV_Q6_K] = dequant_q6_k_ref,
+};
+
+static const ops_dot_rows_fn ref_dot[TKV_DTYPE_COUNT] = {
+	[TKV_F32] = dot_rows_f32_ref, [TKV_F16] = dot_rows_f16_ref, [TKV_BF16] = dot_rows_bf16_ref,
+	[TKV_Q4_0] = dot_rows_q4_0_ref, [TKV_Q8_0] = dot_rows_q8_0_ref, [TKV_Q4_K] = dot_rows_q4_k_ref,
+	[TKV_Q5_K] = dot_rows_q5_k_ref, [TKV_Q6_K] = dot_rows_q6_k_ref,
+};
+
+static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
+	[OPS_ACT_Q8_32] = quant_act_q8_32_ref,
+	[OPS_ACT_Q8_256] = quant_act_q8_256_ref,
+};
+
+/* The activation row for type's kernels (or x itself), and its values. */
+static const void *prepare_act(uint32_t type, const float *x, int64_t n, void *buf, float *vals)
+{
+	uint32_t act = ops_kernels(type)->act_type;
+
+	if (act == OPS_ACT_F32) {
+		memcpy(vals, x, (size_t)n * sizeof(float));
+		return x;
+	}
+	ref_act[act](x, buf, n);
+	if (act == OPS_ACT_Q8_32) {
+		const struct blk_q8_32 *b = buf;
+		for (int64_t i = 0; i < n; i++)
+			vals[i] = b[i / 32].d * b[i / 32].qs[i % 32];
+	} else {
+		const struct blk_q8_256 *b = buf;
+		for (int64_t i = 0; i < n; i++)
+			vals[i] = b[i / QK_K].d * b[i / QK_K].qs[i % QK_K];
+	}
+	return buf;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static void test_block_sizes(void **state)
+{
+	(void)state;
+	assert_int_equal(tkv_dtype_row_size(TKV_Q4_0, 32), sizeof(struct blk_q4_0));
+	assert_int_equal(tkv_dtype_row_size(TKV_Q8_0, 32), sizeof(struct blk_q8_0));
+	assert_int_equal(tkv_dtype_row_size(TKV_Q4_K, 256), sizeof(struct blk_q4_k));
+	assert_int_equal(tkv_dtype_row_size(TKV_Q5_K, 256), sizeof(struct blk_q5_k));
+	assert_int_equal(tkv_dtype_row_size(TKV_Q6_K, 256), sizeof(struct blk_q6_k));
+	for (size_t t = 0; t < N_TYPES; t++)
+		assert_true(ops_type_supported(types[t]));
+	print_message("kernels: %s\n", ops_kernel_name());
+}
+
+/* Hand-made blocks with known values, one per quantized layout. */
+static void test_known_blocks(void **state)
+{
+	float out[256];
+	struct blk_q4_0 q4 = { 0x3c00 /* 1.0 */, { 0 } };
+	struct blk_q4_k k4;
+	struct blk_q6_k k6;
+
+	(void)state;
+	q4.qs[0] = 0x9f; /* element 0: 15 - 8 = 7; element 16: 9 - 8 = 1 */
+	q4.qs[15] = 0x08; /* element 15: 0, element 31: -8 */
+	ref_dequant[TKV_Q4_0](&q4, out, 32);
+	assert_true(out[0] == 7.0f && out[16] == 1.0f && out[15] == 0.0f && out[31] == -8.0f && out[1] == -8.0f);
+
+	/* q4_k: sub-block 5 has scale 33 (0b100001) and min 18 (0b010010): its low
+	 * 4 bits sit in scales[9], the high 2 bits in bits 6-7 of scales[1] / [5] */
+	memset(&k4, 0, sizeof k4);
+	k4.d = 0x3c00;    /* 1.0 */
+	k4.dmin = 0x3800; /* 0.5 */
+	k4.scales[9] = (uint8_t)(1 | 2 << 4);
+	k4.scales[1] = 2 << 6;
+	k4.scales[5] = 1 << 6;
+	k4.qs[32 * 2 + 3] = 0x70; /* sub-block 5 = high nibbles of chunk 2: element 160 + 3 */
+	ref_dequant[TKV_Q4_K](&k4, out, 256);
+	assert_true(out[163] == 33.0f * 7 - 0.5f * 18);
+	assert_true(out[160] == -0.5f * 18);
+	assert_true(out[0] == 0.0f);
+
+	/* q6_k: element 200 = half 1, group 2, l 8: low nibble = high half of
+	 * ql[64 + 8], bits 4-5 of qh[32 + 8]; scale 200 / 16 = 12 */
+	memset(&k6, 0, sizeof k6);
+	k6.d = 0x3c00;
+	k6.scales[12] = -3;
+	k6.ql[64 + 8] = 0x50;
+	k6.qh[32 + 8] = 2 << 4;
+	ref_dequant[TKV_Q6_K](&k6, out, 256);
+	assert_true(out[200] == -3.0f * (float)((5 | 2 << 4) - 32));
+}
+
+static void test_dequant_simd_vs_ref(void **state)
+{
+	static unsigned char row[N_MAX * 4];
+	static float want[N_MAX], got[N_MAX + 1];
+
+	(void)state;
+	rng_state = 11;
+	for (size_t t = 0; t < N_TYPES; t++) {
+		const struct ops_type_kernels *k = ops_kernels(types[t]);
+
+		for (int64_t n = 256; n <= N_MAX; n *= 4)
+			for (int rep = 0; rep < 10; rep++) {
+				make_row(types[t], n, row);
+				ref_dequant[types[t]](row, want, n);
+				got[n] = 42.0f;
+				k->dequant(row, got, n);
+				for (int64_t i = 0; i < n; i++)
+					if (fabs((double)got[i] - want[i]) > TOL_DEQUANT || isnan(got[i]))
+						fail_msg("%s n=%lld [%lld]: %a, want %a", tkv_dtype_name(types[t]),
+							 (long long)n, (long long)i, (double)got[i], (double)want[i]);
+				assert_true(got[n] == 42.0f);
+			}
+	}
+}
+
+static void test_act_quant_simd_vs_ref(void **state)
+{
+	static float x[N_MAX];
+	static unsigned char want[N_MAX * 2], got[N_MAX * 2];
+	const struct ops_act_kernels *ak = ops_act_kernels();
+
+	(void)state;
+	rng_state = 12;
+	for (uint32_t act = OPS_ACT_Q8_32; act < OPS_ACT_COUNT; act++)
+		for (int rep = 0; rep < 40; rep++) {
+			int64_t n = rep % 2 ? 256 : N_MAX;
+			size_t bytes = (size_t)(n / ops_act_blck[act]) * ops_act_size[act];
+
+			make_x(x, n, rep % 3 == 0);
+			memset(want, 0, sizeof want);
+			memset(got, 0, sizeof got);
+			ref_act[act](x, want, n);
+			ak->quant[act](x, got, n);
+			if (memcmp(want, got, bytes) != 0)
+				fail_msg("activation format %u n=%lld: SIMD bytes differ from the reference", act,
+					 (long long)n);
+		}
+	/* the q8_32 block sum and the q8_256 16-element sums are the sums of q */
+	make_x(x, 256, 0);
+	ref_act[OPS_ACT_Q8_32](x, want, 256);
+	for (int b = 0; b < 8; b++) {
+		const struct blk_q8_32 *q = (const struct blk_q8_32 *)want + b;
+		int s = 0;
+
+		for (int i = 0; i < 32; i++)
+			s += q->qs[i];
+		assert_true(q->s == q->d * (float)s);
+	}
+	ref_act[OPS_ACT_Q8_256](x, want, 256);
+	for (int g = 0; g < 16; g++) {
+		const struct blk_q8_256 *q = (const struct blk_q8_256 *)want;
+		int s = 0;
+
+		for (int i = 0; i < 16; i++)
+			s += q->qs[16 * g + i];
+		assert_int_equal(q->bsums[g], s);
+	}
+}
+
+static void test_dot_simd_vs_ref(void **state)
+{
+	static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4];
+	static unsigned char act[N_MAX * 2];
+	static float x[N_MAX], xv[N_MAX], wv[N_MAX];
+
+	(void)state;
+	rng_state = 13;
+	for (size_t t = 0; t < N_TYPES; t++) {
+		uint32_t type = types[t];
+		const struct ops_type_kernels *k = ops_kernels(type);
+
+		for (int rep = 0; rep < 24; rep++) {
+			int64_t n = rep % 3 == 0 ? N_MAX : rep % 3 == 1 ? 256 : 2048;
+			size_t ws = sizeof rows[0];
+			int nr = 1 + rep % OPS_DOT_ROWS;
+			float got[OPS_DOT_ROWS], want[OPS_DOT_ROWS], one;
+			const void *a;
+
+			for (int r = 0; r < nr; r++)
+				make_row(type, n, rows[r]);
+			make_x(x, n, rep % 5 == 0);
+			a = prepare_act(type, x, n, act, xv);
+			k->dot_rows(n, rows, ws, nr, a, got);
+			ref_dot[type](n, rows, ws, nr, a, want);
+			for (int r = 0; r < nr; r++) {
+				double exact = 0.0, mag = 0.0;
+
+				ref_dequant[type](rows[r], wv, n);
+				for (int64_t i = 0; i < n; i++) {
+					exact += (double)wv[i] * xv[i];
+					mag += fabs((double)wv[i] * xv[i]);
+				}
+				if (fabs((double)got[r] - want[r]) > TOL_DOT_SIMD_REL * mag)
+					fail_msg("%s n=%lld row %d of %d: SIMD %.9g, ref %.9g (mag %.3g)", tkv_dtype_name(type),
+						 (long long)n, r, nr, (double)got[r], (double)want[r], mag);
+				if (fabs((double)want[r] - exact) > TOL_DOT_EXACT_REL * mag)
+					fail_msg("%s n=%lld row %d: ref %.9g, exact %.9g (mag %.3g)", tkv_dtype_name(type),
+						 (long long)n, r, (double)want[r], exact, mag);
+				/* a row's result does not depend on the rows beside it */
+				k->dot_rows(n, rows[r], ws, 1, a, &one);
+				if (memcmp(&one, &got[r], sizeof one) != 0)
+					fail_msg("%s: row %d alone %a, in a group of %d %a", tkv_dtype_name(type), r,
+						 (double)one, nr, (double)got[r]);
+			}
+		}
+	}
+}
+
+static void test_quantize_round_trip(void **state)
+{
+	static const struct {
+		uint32_t type;
+		double tol;
+		int affine;
+	} cases[] = {
+		{ TKV_F16, TOL_RT_F16, 0 }, { TKV_BF16, TOL_RT_BF16, 0 }, { TKV_Q4_0, TOL_RT_Q4_0, 0 },
+		{ TKV_Q8_0, TOL_RT_Q8_0, 0 }, { TKV_Q4_K, TOL_RT_Q4_K, 1 }, { TKV_Q5_K, TOL_RT_Q5_K, 1 },
+		{ TKV_Q6_K, TOL_RT_Q6_K, 0 },
+	};
+	static float x[1024], back[1024];
+	static unsigned char q[1024 * 4];
+
+	(void)state;
+	rng_state = 14;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		uint32_t blk = tkv_dtype_traits(cases[c].type)->blck;
+
+		for (int rep = 0; rep < 10; rep++) {
+			for (int i = 0; i < 1024; i++)
+				x[i] = rng_f(-0.05f, 0.05f) + (rep % 2 ? 0.02f : 0.0f);
+			assert_int_equal(ops_quantize_row(cases[c].type, x, q, 1024), 0);
+			ops_dequant_row(cases[c].type, q, back, 1024);
+			for (uint32_t b0 = 0; b0 < 1024; b0 += blk < 32 ? 32 : blk) {
+				/* error relative to the block's magnitude or range */
+				uint32_t len = blk < 32 ? 32 : blk;
+				float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+
+				for (uint32_t i = b0; i < b0 + len; i++) {
+					lo = fminf(lo, x[i]);
+					hi = fmaxf(hi, x[i]);
+					amax = fmaxf(amax, fabsf(x[i]));
+				}
+				for (uint32_t i = b0; i < b0 + len; i++) {
+					double ref = cases[c].affine ? hi - lo : amax;
+
+					if (fabs((double)back[i] - x[i]) > cases[c].tol * ref)
+						fail_msg("%s [%u]: %g -> %g (scale %g)", tkv_dtype_name(cases[c].type), i,
+							 (double)x[i], (double)back[i], ref);
+				}
+			}
+		}
+	}
+	assert_int_equal(ops_quantize_row(TKV_Q4_1, x, q, 32), -1);
+	assert_int_equal(ops_quantize_row(TKV_Q4_0, x, q, 33), -1);
+}
+
+/* Threaded matmul (one and several matrices, decode and prefill sizes) equals
+ * the per-row dots of the selected kernel, bit for bit. */
+static void test_matmul_threads(void **state)
+{
+	enum { COLS = 512, NTOK = 37 };
+	static const int rows_of[] = { 1000, 72, 72 };
+	static unsigned char w[3][1000 * COLS * 4 / 1];
+	static float x[NTOK * COLS], y[3][NTOK * 1000];
+	static unsigned char act[COLS * 2];
+	static float xv[COLS];
+	struct tpool *tp;
+	struct tkv_error err;
+	size_t work_size = ops_matmul_work_size(COLS, NTOK, 2);
+	void *work = malloc(work_size);
+
+	(void)state;
+	assert_non_null(work);
+	assert_int_equal(tpool_init(&tp, 2, NULL, &err), TKV_OK);
+	rng_state = 15;
+	for (size_t t = 0; t < N_TYPES; t++) {
+		uint32_t type = types[t];
+		size_t rb = tkv_dtype_row_size(type, COLS);
+		struct ops_mat m[3];
+		const struct ops_mat *mp[3] = { &m[0], &m[1], &m[2] };
+		float *yp[3] = { y[0], y[1], y[2] };
+
+		for (int i = 0; i < 3; i++) {
+			m[i] = (struct ops_mat){ w[i], type, rows_of[i], COLS, rb };
+			for (int r = 0; r < rows_of[i]; r++)
+				make_row(type, COLS, w[i] + (size_t)r * rb);
+		}
+		for (int ntok = 1; ntok <= NTOK; ntok += NTOK - 1) {
+			make_x(x, (int64_t)ntok * COLS, 0);
+			for (int pass = 0; pass < 2; pass++) {
+				if (pass == 0)
+					ops_matmul_n(tp, mp, yp, 3, x, ntok, work, work_size);
+				else
+					for (int i = 0; i < 3; i++) /* no workspace: pieces on the stack */
+						ops_matmul(tp, &m[i], x, y[i], ntok);
+				for (int i = 0; i < 3; i++)
+					for (int tk = 0; tk < ntok; tk += 7)
+						for (int r = 0; r < rows_of[i]; r += 13) {
+							const void *a = prepare_act(type, x + (size_t)tk * COLS, COLS, act, xv);
+							float d;
+
+							ops_kernels(type)->dot_rows(COLS, w[i] + (size_t)r * rb, rb, 1, a, &d);
+							if (memcmp(&d, &y[i][(size_t)tk * rows_of[i] + r], sizeof d) != 0)
+								fail_msg("%s pass %d mat %d tok %d row %d: %a, dot %a",
+									 tkv_dtype_name(type), pass, i, tk, r,
+									 (double)y[i][(size_t)tk * rows_of[i] + r], (double)d);
+						}
+			}
+		}
+	}
+	tpool_free(tp);
+	free(work);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_block_sizes),
+		cmocka_unit_test(test_known_blocks),
+		cmocka_unit_test(test_dequant_simd_vs_ref),
+		cmocka_unit_test(test_act_quant_simd_vs_ref),
+		cmocka_unit_test(test_dot_simd_vs_ref),
+		cmocka_unit_test(test_quantize_round_trip),
+		cmocka_unit_test(test_matmul_threads),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
