@@ -103,6 +103,56 @@ struct tkv_seq;
 
 enum tkv_kv_type { TKV_KV_F16 = 0, TKV_KV_F32 = 1 };
 
+/* Cache policies: who stays hot (f16), warm (8-bit) or cold (4/2-bit), and
+ * who is evicted when a sequence's budget or the pool's memory is short. */
+enum tkv_policy {
+	TKV_POLICY_FULL = 0,        /* keep everything at full precision (reference) */
+	TKV_POLICY_WINDOW,          /* attention sinks + sliding window */
+	TKV_POLICY_H2O,             /* heavy hitters: accumulated attention + recent window */
+	TKV_POLICY_SNAPKV,          /* observation-window votes at prefill, then accumulated attention */
+	TKV_POLICY_TOVA,            /* evict what the last query attended least */
+	TKV_POLICY_ATTN_THRESHOLD,  /* evict tokens whose share of attention falls below a threshold */
+	TKV_POLICY_SEMANTIC,        /* keep keys most similar to the context's core vector */
+	TKV_POLICY_STREAMING,       /* sinks + window + the hottest tokens by attention */
+	TKV_POLICY_KIVI,            /* keep every token, quantize all but the window to the cold format */
+	TKV_POLICY_TIERED,          /* hot/warm/cold by combined importance; the product's default */
+	TKV_POLICY_ADAPTIVE,        /* tiered, with per-layer/per-head budgets from attention entropy */
+	TKV_POLICY_COUNT
+};
+
+/* Storage formats for tiers (the numbering of src/kv/tier.h). */
+enum tkv_kv_fmt { TKV_FMT_F32 = 0, TKV_FMT_F16 = 1, TKV_FMT_Q8 = 2, TKV_FMT_Q4 = 3, TKV_FMT_Q2 = 4 };
+
+struct tkv_kv_policy_params {
+	enum tkv_policy policy;   /* default TKV_POLICY_TIERED */
+	size_t seq_budget;        /* K+V bytes (data and quantization parameters) one sequence
+				   * may hold; 0 = no per-sequence cap (only the pool governor) */
+	float hot_ratio;          /* tiered: share of kept tokens stored hot (0.3) */
+	float warm_ratio;         /* tiered: share stored warm (0.4); the rest is cold */
+	uint32_t n_sink;          /* first tokens always kept hot (4) */
+	uint32_t n_window;        /* most recent tokens always kept hot (32) */
+	enum tkv_kv_fmt warm_fmt; /* TKV_FMT_Q8 */
+	enum tkv_kv_fmt cold_fmt; /* TKV_FMT_Q4 (TKV_FMT_Q2 in the memory preset) */
+	int completion;           /* merge evicted values into similar kept tokens (0) */
+	int rotate;               /* rotate heads before low-bit quantization (0) */
+	int cold_skip;            /* skip cold pages whose key bound cannot matter (1) */
+	float decay;              /* per-step decay of accumulated attention (1 = none) */
+	float threshold;          /* attn-threshold: evict below threshold x mean attention (0.1) */
+	float semantic_weight;    /* tiered: weight of key-centroid similarity in importance (0.1) */
+	float gov_high;           /* governor acts past this fraction of --kv-mem (0.8) */
+	float gov_low;            /* ... and brings the pool down to this fraction (0.7) */
+};
+
+struct tkv_kv_policy_params tkv_kv_policy_default_params(void);
+/* "quality" | "balanced" | "memory": hot 0.4 / 0.3 / 0.2 (memory: q2 cold and
+ * semantic completion on). TKV_ERR_ARG for an unknown name. */
+int tkv_kv_preset(struct tkv_kv_policy_params *p, const char *name);
+const char *tkv_policy_name(enum tkv_policy p);
+/* -1 for an unknown name. */
+int tkv_policy_parse(const char *name);
+const char *tkv_kv_fmt_name(enum tkv_kv_fmt f);
+int tkv_kv_fmt_parse(const char *name);
+
 struct tkv_engine_params {
 	int n_threads;          /* default: physical cores */
 	size_t kv_mem;          /* KV budget in bytes; 0 = unlimited (default 256 MiB) */
@@ -110,6 +160,7 @@ struct tkv_engine_params {
 	enum tkv_kv_type kv_type;
 	uint32_t n_ctx;         /* max tokens per sequence; 0 = the model's training context */
 	uint32_t n_batch;       /* prefill chunk in tokens (default 64) */
+	struct tkv_kv_policy_params kv;  /* cache policy (default: tiered) */
 	struct tkv_alloc *alloc;
 };
 
@@ -121,6 +172,14 @@ struct tkv_kv_stats {
 	size_t kv_bytes;        /* K and V bytes of filled slots */
 	size_t n_pages;
 	size_t n_tokens;        /* cached tokens, summed over sequences */
+	size_t tier_bytes[3];   /* K+V bytes (with quantization parameters) per tier: hot, warm, cold */
+	size_t tier_tokens[3];  /* token slots per tier, summed over layers and KV heads */
+	uint64_t evicted;       /* token slots evicted so far */
+	uint64_t demoted;       /* token slots moved to a lower tier */
+	uint64_t merged;        /* evicted slots merged into kept ones (semantic completion) */
+	uint64_t gov_runs;      /* times the memory governor acted */
+	uint64_t pages_read;    /* pages attention read */
+	uint64_t pages_skipped; /* cold pages attention skipped by their key bound */
 };
 
 struct tkv_engine_params tkv_engine_default_params(void);
@@ -135,6 +194,11 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 void tkv_seq_free(struct tkv_seq *s);
 /* Tokens in the sequence so far (the position of the next one). */
 uint32_t tkv_seq_n_past(const struct tkv_seq *s);
+/* This sequence's cache: same fields as the engine's, for one sequence. */
+void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out);
+/* Sets this sequence's K+V budget in bytes (0 = none); takes effect at the next
+ * decode. */
+void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes);
 /* Runs n tokens through the model, appending them to the sequence's cache, in
  * chunks of n_batch. logits (may be NULL) receives n_vocab floats for the last
  * token, or n * n_vocab (token-major) when all_logits is set. TKV_ERR_CTX_FULL

@@ -6,7 +6,10 @@
 #define TKV_CLI_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
+
+#include "tierkv.h"
 
 #define CLI_OK 0
 #define CLI_ERR 1
@@ -45,8 +48,21 @@ size_t cli_peak_rss(void);
 /* Monotonic seconds. */
 double cli_now(void);
 
+/* KV cache options (--kv-*): if argv[a->i] is one, parses it (and its value)
+ * into ep and sets *handled; returns 0 or CLI_USAGE after a message. stats (may
+ * be NULL) is set by --kv-stats. */
+struct tkv_engine_params;
+int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled);
+/* Prints the --kv-* options for a --help text. */
+void cli_kv_help(void);
+/* Prints a cache's tiers, bytes and decisions; full_kv_bytes is what a full
+ * f16 cache would hold for the same tokens. */
+void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_bytes);
+
 int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_gen_model(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@ static void usage(FILE *f)
 		"  run        generate text from a prompt (default model: the bundled stories260K)\n"
 		"  inspect    print a GGUF model's metadata, tensors and KV bytes per token\n"
 		"  tokenize   print the tokens of a text\n"
+		"  gen-model  write a llama GGUF with random weights of a real shape (for benchmarks)\n"
+		"  bench      measure prefill and decode speed against the memory-bandwidth limit\n"
 		"\n"
 		"'tierkv COMMAND --help' describes each command's options.\n"
 		"Exit codes: 0 ok, 1 runtime error, 2 usage error.\n");
@@ -41,6 +43,10 @@ int main(int argc, char **argv)
 		return cli_inspect(argc - 1, argv + 1);
 	if (!strcmp(cmd, "tokenize"))
 		return cli_tokenize(argc - 1, argv + 1);
+	if (!strcmp(cmd, "gen-model"))
+		return cli_gen_model(argc - 1, argv + 1);
+	if (!strcmp(cmd, "bench"))
+		return cli_bench(argc - 1, argv + 1);
 	fprintf(stderr, "tierkv: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return CLI_USAGE;

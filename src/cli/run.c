@@ -36,17 +36,16 @@ static void run_help(void)
 	       "      --repeat-penalty X  penalise recent tokens; 1 = off (default 1.0)\n"
 	       "      --repeat-last-n N tokens the penalty looks back (default 64)\n"
 	       "  -s, --seed S          random seed (default: random, printed on stderr)\n"
-	       "      --kv-mem SIZE     KV cache budget, e.g. 64M, 1G; 0 = unlimited (default 256M)\n"
-	       "      --kv-type T       KV storage: f16 or f32 (default f16)\n"
-	       "      --kv-page N       token slots per KV page (default 16)\n"
 	       "      --ignore-eos      keep generating past end-of-text tokens\n"
-	       "  -h, --help            this text\n");
+	       "  -h, --help            this text\n\n");
+	cli_kv_help();
 }
 
 struct run_opts {
 	const char *model, *prompt, *file;
 	long n_predict;
 	int ignore_eos;
+	int kv_stats;
 	struct samp_params sp;
 	int seed_set;
 	struct tkv_engine_params ep;
@@ -57,7 +56,6 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	struct cli_args a = { argc, argv, 1, "run" };
 	long x;
 	double d;
-	size_t sz;
 	int rc;
 
 	memset(o, 0, sizeof *o);
@@ -122,29 +120,15 @@ static int parse(int argc, char **argv, struct run_opts *o)
 			if ((rc = cli_u64(&a, s, &o->sp.seed)))
 				return rc;
 			o->seed_set = 1;
-		} else if (!strcmp(s, "--kv-mem")) {
-			if ((rc = cli_size(&a, s, &sz)))
-				return rc;
-			o->ep.kv_mem = sz;
-		} else if (!strcmp(s, "--kv-type")) {
-			const char *v = cli_value(&a, s);
-
-			if (!v)
-				return CLI_USAGE;
-			if (!strcmp(v, "f16"))
-				o->ep.kv_type = TKV_KV_F16;
-			else if (!strcmp(v, "f32"))
-				o->ep.kv_type = TKV_KV_F32;
-			else
-				return cli_usage_error(&a, "--kv-type: '%s' is not f16 or f32", v);
-		} else if (!strcmp(s, "--kv-page")) {
-			if ((rc = cli_int(&a, s, 1, 4096, &x)))
-				return rc;
-			o->ep.page_tokens = (uint32_t)x;
 		} else if (!strcmp(s, "--ignore-eos")) {
 			o->ignore_eos = 1;
 		} else {
-			return cli_usage_error(&a, "unknown option '%s'", s);
+			int handled;
+
+			if ((rc = cli_kv_option(&a, &o->ep, &o->kv_stats, &handled)))
+				return rc;
+			if (!handled)
+				return cli_usage_error(&a, "unknown option '%s'", s);
 		}
 	}
 	if (o->prompt && o->file)
@@ -307,6 +291,8 @@ int cli_run(int argc, char **argv)
 			cli_fmt_bytes(b3, sizeof b3, (double)ks.kv_bytes),
 			ks.budget ? cli_fmt_bytes(b4, sizeof b4, (double)ks.budget) : "unlimited",
 			cli_fmt_bytes(b5, sizeof b5, (double)cli_peak_rss()));
+		if (o.kv_stats)
+			cli_print_kv_stats(stderr, &ks, ks.n_tokens * tkv_model_kv_bytes_per_token(m));
 	}
 	rc = CLI_OK;
 	goto out;

@@ -1,11 +1,14 @@
-/* engine.c - engines (model + KV pool + threads) and sequences.
+/* engine.c - engines (model + KV pool + policy + threads) and sequences.
  *
- * A sequence's tokens go through the model in chunks of n_batch: for each
- * chunk the cache first reserves room for every stream (all or nothing), then
- * the forward pass fills it. A chunk that cannot get room fails before any
- * state changes, so the sequence stays usable. */
+ * A sequence's tokens go through the model in chunks of n_batch. For each
+ * chunk: the memory governor makes room if the pool is past its high-water
+ * mark; the cache reserves room in every stream (all or nothing); the forward
+ * pass fills it; then each stream's policy brings it back within its budget.
+ * A chunk that cannot get room fails before any state changes, so the sequence
+ * stays usable. */
 #include <string.h>
 
+#include "kv/policy.h"
 #include "kv/pool.h"
 #include "kv/seq.h"
 #include "model/llama.h"
@@ -17,16 +20,23 @@ struct tkv_engine {
 	struct tkv_alloc *alloc;
 	struct tkv_model *model;
 	struct tkv_engine_params params;
+	struct kv_cfg cfg;
 	struct kv_pool *pool;
 	struct tpool *tp;
 	struct llama_scratch scratch;
+	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
 	uint32_t n_seqs;
+	uint64_t gov_runs;
+	uint64_t evicted_gone, demoted_gone, merged_gone; /* counters of freed sequences */
 };
 
 struct tkv_seq {
 	struct tkv_engine *e;
 	struct kv_seq *kv;
+	struct tkv_seq *prev, *next;
 	uint32_t n_past;
+	size_t budget;       /* per-sequence K+V cap (0 = none) */
+	size_t gov_budget;   /* cap set by the governor (0 = none) */
 };
 
 struct tkv_engine_params tkv_engine_default_params(void)
@@ -38,6 +48,7 @@ struct tkv_engine_params tkv_engine_default_params(void)
 		.kv_type = TKV_KV_F16,
 		.n_ctx = 0,
 		.n_batch = 64,
+		.kv = tkv_kv_policy_default_params(),
 		.alloc = NULL,
 	};
 	return p;
@@ -59,6 +70,8 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 		return tkv_errf(err, TKV_ERR_ARG, "batch %u: must be 1..65536", p->n_batch);
 	if (p->kv_type != TKV_KV_F16 && p->kv_type != TKV_KV_F32)
 		return tkv_errf(err, TKV_ERR_ARG, "unknown KV type %d", (int)p->kv_type);
+	if (p->page_tokens == 0 || p->page_tokens > 4096)
+		return tkv_errf(err, TKV_ERR_ARG, "KV page size %u tokens: must be 1..4096", p->page_tokens);
 	e = tkv_calloc(p->alloc, 1, sizeof *e);
 	if (!e)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory creating the engine");
@@ -75,6 +88,9 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 	pp.budget = p->kv_mem;
 	pp.page_tokens = p->page_tokens;
 	pp.fmt = p->kv_type == TKV_KV_F32 ? KV_FMT_F32 : KV_FMT_F16;
+	if ((st = kv_cfg_init(&e->cfg, &p->kv, m->info.head_dim, m->info.n_head / m->info.n_kv_head, pp.fmt,
+			      pp.page_tokens, err)))
+		goto out_free;
 	if ((st = kv_pool_init(&e->pool, &pp, e->alloc, err)))
 		goto out_free;
 	if ((st = tpool_init(&e->tp, e->params.n_threads, e->alloc, err)))
@@ -100,9 +116,33 @@ void tkv_engine_free(struct tkv_engine *e)
 	tkv_free(e->alloc, e);
 }
 
+/* Adds one sequence's cache figures (tiers, counters) into out. */
+static void seq_stats_add(const struct kv_seq *kv, struct tkv_kv_stats *out)
+{
+	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_stream *st = &kv->streams[i];
+
+		for (uint32_t p = 0; p < st->n_pages; p++) {
+			const struct kv_page *pg = st->pages[p];
+			enum kv_tier t = kv_fmt_tier(pg->fmt);
+
+			out->tier_bytes[t] += (size_t)((unsigned __int128)pg->kv_bytes * pg->n_used / pg->cap);
+			out->tier_tokens[t] += pg->n_used;
+		}
+		out->evicted += st->evicted;
+		out->demoted += st->demoted;
+		out->merged += st->merged;
+		out->pages_read += st->pages_read;
+		out->pages_skipped += st->pages_skipped;
+	}
+}
+
 void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 {
 	struct kv_pool_stats ps;
+	size_t max_tokens = 0;
 
 	kv_pool_stats(e->pool, &ps);
 	memset(out, 0, sizeof *out);
@@ -112,8 +152,38 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 	out->peak_allocated = ps.peak_allocated;
 	out->kv_bytes = ps.kv_bytes;
 	out->n_pages = ps.n_pages;
-	out->n_tokens = ps.kv_bytes / (2 * kv_fmt_size(kv_pool_fmt(e->pool)) * e->model->info.head_dim *
-				       e->model->info.n_kv_head * e->model->info.n_layer);
+	for (struct tkv_seq *s = e->seqs; s; s = s->next) {
+		seq_stats_add(s->kv, out);
+		max_tokens += s->n_past;
+	}
+	out->n_tokens = max_tokens;
+	out->evicted += e->evicted_gone;
+	out->demoted += e->demoted_gone;
+	out->merged += e->merged_gone;
+	out->gov_runs = e->gov_runs;
+}
+
+void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
+{
+	size_t n = (size_t)s->kv->n_layer * s->kv->n_kv_head;
+
+	memset(out, 0, sizeof *out);
+	seq_stats_add(s->kv, out);
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_stream *st = &s->kv->streams[i];
+
+		for (uint32_t p = 0; p < st->n_pages; p++) {
+			const struct kv_page *pg = st->pages[p];
+
+			out->allocated += pg->bytes;
+			out->used += (size_t)((unsigned __int128)pg->bytes * pg->n_used / pg->cap);
+			out->kv_bytes += (size_t)((unsigned __int128)pg->kv_bytes * pg->n_used / pg->cap);
+			out->n_pages++;
+		}
+	}
+	out->budget = s->budget;
+	out->n_tokens = s->n_past;
+	out->gov_runs = s->e->gov_runs;
 }
 
 int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *err)
@@ -132,6 +202,11 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 		tkv_free(e->alloc, s);
 		return st;
 	}
+	s->budget = e->cfg.seq_budget;
+	s->next = e->seqs;
+	if (e->seqs)
+		e->seqs->prev = s;
+	e->seqs = s;
 	e->n_seqs++;
 	*out = s;
 	return TKV_OK;
@@ -139,11 +214,26 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 
 void tkv_seq_free(struct tkv_seq *s)
 {
+	struct tkv_engine *e;
+	struct tkv_kv_stats ks;
+
 	if (!s)
 		return;
-	s->e->n_seqs--;
+	e = s->e;
+	memset(&ks, 0, sizeof ks);
+	seq_stats_add(s->kv, &ks);
+	e->evicted_gone += ks.evicted;
+	e->demoted_gone += ks.demoted;
+	e->merged_gone += ks.merged;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		e->seqs = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	e->n_seqs--;
 	kv_seq_free(s->kv);
-	tkv_free(s->e->alloc, s);
+	tkv_free(e->alloc, s);
 }
 
 uint32_t tkv_seq_n_past(const struct tkv_seq *s)
@@ -151,11 +241,95 @@ uint32_t tkv_seq_n_past(const struct tkv_seq *s)
 	return s->n_past;
 }
 
+void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes)
+{
+	s->budget = bytes;
+}
+
+/* The cap a sequence's streams are held to now. */
+static size_t seq_cap(const struct tkv_seq *s)
+{
+	if (s->budget && s->gov_budget)
+		return s->budget < s->gov_budget ? s->budget : s->gov_budget;
+	return s->budget ? s->budget : s->gov_budget;
+}
+
+struct maint_job {
+	struct tkv_engine *e;
+	struct tkv_seq *s;
+	int status;   /* first failure, written under the race-free rule below */
+};
+
+static void maint_worker(void *ctx, int ith, int nth)
+{
+	struct maint_job *j = ctx;
+	struct kv_seq *kv = j->s->kv;
+	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
+
+	for (size_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
+		int st = kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]);
+
+		if (st)
+			j->status = st; /* any failure will do: all are NOMEM */
+	}
+}
+
+/* Applies the sequence's cap to its streams and lets the policy enforce it. */
+static int seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
+{
+	struct maint_job j = { e, s, TKV_OK };
+
+	if (!e->cfg.evicts)
+		return TKV_OK;
+	kv_policy_split_budget(&e->cfg, s->kv, seq_cap(s));
+	if (seq_cap(s) == 0)
+		return TKV_OK;
+	tpool_run(e->tp, maint_worker, &j);
+	return j.status;
+}
+
+/* The memory governor: when the pool would pass gov_high of --kv-mem, every
+ * live sequence's cap is lowered in proportion so that the pool comes back to
+ * gov_low; each policy then evicts its least important cold slots first and
+ * shrinks warm before touching hot. */
+static int govern(struct tkv_engine *e, size_t need)
+{
+	struct kv_pool_stats ps;
+	double target, factor;
+	size_t budget = kv_pool_budget(e->pool);
+
+	if (!budget || !e->cfg.evicts)
+		return TKV_OK;
+	kv_pool_stats(e->pool, &ps);
+	if ((double)(ps.allocated + need) <= e->params.kv.gov_high * (double)budget)
+		return TKV_OK;
+	target = e->params.kv.gov_low * (double)budget - (double)need;
+	if (target < 0)
+		target = 0;
+	factor = ps.allocated ? target / (double)ps.allocated : 0.0;
+	if (factor >= 1.0)
+		return TKV_OK;
+	e->gov_runs++;
+	for (struct tkv_seq *s = e->seqs; s; s = s->next) {
+		struct tkv_kv_stats ks;
+		int st;
+
+		tkv_seq_kv_stats(s, &ks);
+		s->gov_budget = (size_t)((double)ks.kv_bytes * factor);
+		if (s->gov_budget == 0)
+			s->gov_budget = 1;
+		if ((st = seq_maintain(e, s)))
+			return st;
+	}
+	return TKV_OK;
+}
+
 int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logits, int all_logits,
 		   struct tkv_error *err)
 {
 	struct tkv_engine *e = s->e;
-	uint32_t n_vocab = e->model->info.n_vocab;
+	const struct tkv_model_info *in = &e->model->info;
+	uint32_t n_vocab = in->n_vocab;
 	size_t done = 0;
 	int st;
 
@@ -172,17 +346,25 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 		uint32_t c = (uint32_t)(n - done < e->params.n_batch ? n - done : e->params.n_batch);
 		bool last = done + c == n;
 		float *lg = NULL;
+		size_t need = (size_t)in->n_layer * in->n_kv_head *
+			      ((c + e->params.page_tokens - 1) / e->params.page_tokens) *
+			      kv_page_bytes(e->params.page_tokens, in->head_dim, kv_pool_fmt(e->pool));
 
+		if ((st = govern(e, need)))
+			return tkv_errf(err, st, "out of memory while making room in the KV cache");
 		if ((st = kv_seq_reserve(s->kv, c, err)))
 			return st;
 		if (logits && all_logits)
 			lg = logits + done * n_vocab;
 		else if (logits && last)
 			lg = logits;
-		llama_forward(e->model, &e->scratch, e->tp, s->kv, ids + done, c, (int32_t)s->n_past, lg,
+		llama_forward(e->model, &e->scratch, e->tp, s->kv, &e->cfg, ids + done, c, (int32_t)s->n_past, lg,
 			      all_logits != 0);
 		s->n_past += c;
+		s->kv->n_pos = (int32_t)s->n_past;
 		done += c;
+		if ((st = seq_maintain(e, s)))
+			return tkv_errf(err, st, "out of memory while applying the KV policy");
 	}
 	return TKV_OK;
 }

@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "ops/ops.h"
 #include "util/alloc.h"
 #include "util/status.h"
 
@@ -26,34 +25,20 @@ struct kv_pool_params kv_pool_default_params(void)
 	return p;
 }
 
-size_t kv_fmt_size(uint32_t fmt)
+size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 {
-	return fmt == KV_FMT_F32 ? 4 : 2;
+	return kv_tier_k_bytes(fmt, cap, head_dim) + kv_tier_v_bytes(fmt, cap, head_dim);
 }
 
-const char *kv_fmt_name(uint32_t fmt)
+size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 {
-	switch (fmt) {
-	case KV_FMT_F32: return "f32";
-	case KV_FMT_F16: return "f16";
-	}
-	return "?";
-}
+	size_t n = ROUND_UP(sizeof(struct kv_page));
 
-size_t kv_page_bytes(uint32_t page_tokens, uint32_t head_dim, uint32_t fmt)
-{
-	size_t P = page_tokens, n = ROUND_UP(sizeof(struct kv_page));
-
-	n += ROUND_UP(P * sizeof(int32_t));
-	n += ROUND_UP(P * sizeof(float));
-	n += 2 * ROUND_UP(P * head_dim * kv_fmt_size(fmt));
+	n += ROUND_UP((size_t)cap * sizeof(int32_t));
+	n += ROUND_UP((size_t)cap * sizeof(float));
+	n += ROUND_UP(kv_tier_k_bytes(fmt, cap, head_dim));
+	n += ROUND_UP(kv_tier_v_bytes(fmt, cap, head_dim));
 	return n;
-}
-
-/* Bytes a filled slot accounts for: K, V and its metadata. */
-static size_t slot_bytes(uint32_t head_dim, uint32_t fmt)
-{
-	return 2 * head_dim * kv_fmt_size(fmt) + sizeof(int32_t) + sizeof(float);
 }
 
 int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tkv_alloc *a,
@@ -64,8 +49,8 @@ int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tk
 	*out = NULL;
 	if (p->page_tokens == 0 || p->page_tokens > 4096)
 		return tkv_errf(err, TKV_ERR_ARG, "KV page size %u tokens: must be 1..4096", p->page_tokens);
-	if (p->fmt >= KV_FMT_COUNT)
-		return tkv_errf(err, TKV_ERR_ARG, "KV page format %u unknown", p->fmt);
+	if (p->fmt != KV_FMT_F16 && p->fmt != KV_FMT_F32)
+		return tkv_errf(err, TKV_ERR_ARG, "KV page format %u: full precision must be f16 or f32", p->fmt);
 	pool = tkv_calloc(a, 1, sizeof *pool);
 	if (!pool)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory creating the KV pool");
@@ -98,6 +83,11 @@ uint32_t kv_pool_fmt(const struct kv_pool *p)
 	return p->params.fmt;
 }
 
+size_t kv_pool_budget(const struct kv_pool *p)
+{
+	return p->params.budget;
+}
+
 int kv_pool_can_fit(struct kv_pool *p, size_t bytes)
 {
 	int ok;
@@ -108,10 +98,9 @@ int kv_pool_can_fit(struct kv_pool *p, size_t bytes)
 	return ok;
 }
 
-struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, int *why)
+struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, int *why)
 {
-	uint32_t P = p->params.page_tokens, fmt = p->params.fmt;
-	size_t bytes = kv_page_bytes(P, head_dim, fmt), off;
+	size_t bytes = kv_page_bytes(cap, head_dim, fmt), off;
 	struct kv_page *pg;
 	unsigned char *base;
 
@@ -136,17 +125,18 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, int *why)
 	}
 	pg = (struct kv_page *)base;
 	memset(pg, 0, sizeof *pg);
-	pg->fmt = fmt;
-	pg->cap = P;
+	pg->fmt = (uint8_t)fmt;
+	pg->cap = cap;
 	pg->head_dim = head_dim;
 	pg->bytes = bytes;
+	pg->kv_bytes = kv_page_kv_bytes(cap, head_dim, fmt);
 	off = ROUND_UP(sizeof *pg);
 	pg->pos = (int32_t *)(base + off);
-	off += ROUND_UP(P * sizeof(int32_t));
+	off += ROUND_UP((size_t)cap * sizeof(int32_t));
 	pg->score = (float *)(base + off);
-	off += ROUND_UP(P * sizeof(float));
+	off += ROUND_UP((size_t)cap * sizeof(float));
 	pg->k = base + off;
-	off += ROUND_UP(P * head_dim * kv_fmt_size(fmt));
+	off += ROUND_UP(kv_tier_k_bytes(fmt, cap, head_dim));
 	pg->v = base + off;
 
 	pthread_mutex_lock(&p->lock);
@@ -159,25 +149,42 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, int *why)
 	return pg;
 }
 
+/* The filled share of n bytes at n_used of cap, exact in integers. */
+static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
+{
+	return (size_t)((unsigned __int128)bytes * n_used / cap);
+}
+
+static void set_used_locked(struct kv_pool *p, struct kv_page *pg, uint32_t n)
+{
+	p->st.used -= share(pg->bytes, pg->n_used, pg->cap);
+	p->st.used += share(pg->bytes, n, pg->cap);
+	p->st.kv_bytes -= share(pg->kv_bytes, pg->n_used, pg->cap);
+	p->st.kv_bytes += share(pg->kv_bytes, n, pg->cap);
+	p->st.fmt_kv_bytes[pg->fmt] -= share(pg->kv_bytes, pg->n_used, pg->cap);
+	p->st.fmt_kv_bytes[pg->fmt] += share(pg->kv_bytes, n, pg->cap);
+	p->st.fmt_slots[pg->fmt] -= pg->n_used;
+	p->st.fmt_slots[pg->fmt] += n;
+	pg->n_used = n;
+}
+
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg)
 {
 	if (!pg)
 		return;
 	pthread_mutex_lock(&p->lock);
+	set_used_locked(p, pg, 0);
 	p->st.allocated -= pg->bytes;
 	p->st.fmt_bytes[pg->fmt] -= pg->bytes;
 	p->st.n_pages--;
-	p->st.used -= pg->n_used * slot_bytes(pg->head_dim, pg->fmt);
-	p->st.kv_bytes -= pg->n_used * 2 * pg->head_dim * kv_fmt_size(pg->fmt);
 	pthread_mutex_unlock(&p->lock);
 	tkv_free(p->alloc, pg);
 }
 
-void kv_pool_note_used(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, long delta)
+void kv_pool_set_used(struct kv_pool *p, struct kv_page *pg, uint32_t n)
 {
 	pthread_mutex_lock(&p->lock);
-	p->st.used += (size_t)delta * slot_bytes(head_dim, fmt);
-	p->st.kv_bytes += (size_t)delta * 2 * head_dim * kv_fmt_size(fmt);
+	set_used_locked(p, pg, n);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -190,44 +197,21 @@ void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out)
 
 void kv_page_store(struct kv_page *pg, uint32_t slot, int32_t pos, const float *k, const float *v)
 {
-	uint32_t d = pg->head_dim;
-
 	pg->pos[slot] = pos;
 	pg->score[slot] = 0.0f;
-	if (pg->fmt == KV_FMT_F32) {
-		memcpy((float *)pg->k + (size_t)slot * d, k, d * sizeof(float));
-		memcpy((float *)pg->v + (size_t)slot * d, v, d * sizeof(float));
-	} else {
-		uint16_t *kk = (uint16_t *)pg->k + (size_t)slot * d;
-		uint16_t *vv = (uint16_t *)pg->v + (size_t)slot * d;
-
-		for (uint32_t i = 0; i < d; i++) {
-			kk[i] = ops_f32_to_f16(k[i]);
-			vv[i] = ops_f32_to_f16(v[i]);
-		}
-	}
-}
-
-static void load_row(const struct kv_page *pg, const void *base, uint32_t slot, float *out)
-{
-	uint32_t d = pg->head_dim;
-
-	if (pg->fmt == KV_FMT_F32) {
-		memcpy(out, (const float *)base + (size_t)slot * d, d * sizeof(float));
-	} else {
-		const uint16_t *h = (const uint16_t *)base + (size_t)slot * d;
-
-		for (uint32_t i = 0; i < d; i++)
-			out[i] = ops_f16_to_f32(h[i]);
-	}
+	kv_tier_store(pg->fmt, pg->k, pg->v, pg->cap, pg->head_dim, slot, k, v);
 }
 
 void kv_page_load_k(const struct kv_page *pg, uint32_t slot, float *k)
 {
-	load_row(pg, pg->k, slot, k);
+	kv_tier_load_k(pg->fmt, pg->k, pg->cap, pg->head_dim, slot, k);
+	if (pg->flags & KV_PAGE_ROT)
+		kv_unrotate(k, pg->head_dim);
 }
 
 void kv_page_load_v(const struct kv_page *pg, uint32_t slot, float *v)
 {
-	load_row(pg, pg->v, slot, v);
+	kv_tier_load_v(pg->fmt, pg->v, pg->cap, pg->head_dim, slot, v);
+	if (pg->flags & KV_PAGE_ROT)
+		kv_unrotate(v, pg->head_dim);
 }

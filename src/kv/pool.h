@@ -1,61 +1,69 @@
 /* pool.h - the KV page pool: one byte budget, pages allocated on demand.
  *
- * A page holds P token slots of one (sequence, layer, KV head) stream in one
- * storage format. Layout of a page (one allocation, 64-byte aligned):
+ * A page holds up to `cap` token slots of one (sequence, layer, KV head) stream
+ * in one storage format (tier.h). Layout of a page (one allocation, 64-byte
+ * aligned regions):
  *
- *   struct kv_page                  header (this struct)
- *   int32_t pos[P]                  original position of each slot (keys are
- *                                   stored after RoPE at that position)
- *   float   score[P]                importance of each slot (kept by policies)
- *   k[P][head_dim]                  keys, in the page format
- *   v[P][head_dim]                  values, in the page format
+ *   struct kv_page           header (this struct)
+ *   int32_t pos[cap]         original position of each slot (keys are stored
+ *                            after RoPE at that position)
+ *   float   score[cap]       importance of each slot (kept by the policies)
+ *   K region                 kv_tier_k_bytes(fmt, cap, d)
+ *   V region                 kv_tier_v_bytes(fmt, cap, d)
  *
- * The pool counts every byte it hands out: a page costs kv_page_bytes() against
- * the budget, metadata included, so "allocated" is what the process really holds
- * for the cache. "used" counts the slots filled; allocated - used is the
- * fragmentation (partly filled pages).
+ * Slots 0..n_used-1 are filled; a page never has holes (removing a slot moves
+ * the last one into its place). The pool counts every byte it hands out: a
+ * page costs kv_page_bytes() against the budget, metadata included, so
+ * "allocated" is what the process really holds for the cache. "used" is the
+ * filled share of each page (bytes * n_used / cap); allocated - used is the
+ * fragmentation. kv_bytes counts the K and V regions the same way: the figure
+ * comparable with a plain f16 cache.
  *
- * Thread safety: page get/put and stats take the pool's lock. */
+ * Thread safety: get/put/set_used/stats take the pool's lock. */
 #ifndef TKV_KV_POOL_H
 #define TKV_KV_POOL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/tier.h"
 #include "tierkv.h"
 
-enum kv_fmt {
-	KV_FMT_F32 = 0,  /* 4 bytes per element */
-	KV_FMT_F16 = 1,  /* 2 bytes per element (the default: "hot") */
-	KV_FMT_COUNT
+enum kv_page_flags {
+	KV_PAGE_ROT = 1,   /* K and V stored rotated (tier.h) */
 };
 
 struct kv_page {
-	uint32_t fmt;        /* enum kv_fmt */
-	uint32_t cap;        /* P, slots in this page */
-	uint32_t n_used;     /* slots filled, in order from 0 */
+	uint8_t fmt;         /* enum kv_fmt */
+	uint8_t flags;       /* enum kv_page_flags */
+	uint16_t reserved;
+	uint32_t cap;        /* slots in this page */
+	uint32_t n_used;     /* slots filled, 0..n_used-1 */
 	uint32_t head_dim;
 	size_t bytes;        /* what this page costs against the budget */
+	size_t kv_bytes;     /* its K and V regions */
 	int32_t *pos;        /* [cap] */
 	float *score;        /* [cap] */
-	void *k;             /* [cap][head_dim] in fmt */
-	void *v;             /* [cap][head_dim] in fmt */
+	void *k;             /* K region */
+	void *v;             /* V region */
 };
 
 struct kv_pool_params {
 	size_t budget;        /* bytes; 0 = unlimited */
-	uint32_t page_tokens; /* P, slots per page; default 16 */
-	uint32_t fmt;         /* format of new pages; default KV_FMT_F16 */
+	uint32_t page_tokens; /* slots of full-precision pages; default 16 */
+	uint32_t fmt;         /* full-precision format; default KV_FMT_F16 */
 };
 
 struct kv_pool_stats {
-	size_t budget;          /* 0 = unlimited */
-	size_t allocated;       /* bytes of live pages (metadata included) */
-	size_t used;            /* bytes of filled slots (K, V and their metadata) */
-	size_t peak_allocated;  /* high-water mark of allocated */
-	size_t n_pages;         /* live pages */
-	size_t kv_bytes;        /* K and V bytes of filled slots only */
-	size_t fmt_bytes[KV_FMT_COUNT]; /* allocated bytes per page format */
+	size_t budget;            /* 0 = unlimited */
+	size_t allocated;         /* bytes of live pages (metadata included) */
+	size_t used;              /* filled share of allocated */
+	size_t peak_allocated;    /* high-water mark of allocated */
+	size_t n_pages;           /* live pages */
+	size_t kv_bytes;          /* filled share of the K and V regions */
+	size_t fmt_bytes[KV_FMT_COUNT];    /* allocated bytes per format */
+	size_t fmt_kv_bytes[KV_FMT_COUNT]; /* filled K+V bytes per format */
+	size_t fmt_slots[KV_FMT_COUNT];    /* filled slots per format */
 	uint64_t pages_allocated; /* pages handed out so far */
 	uint64_t pages_refused;   /* requests refused by the budget */
 };
@@ -63,35 +71,36 @@ struct kv_pool_stats {
 struct kv_pool;
 
 struct kv_pool_params kv_pool_default_params(void);
-/* TKV_ERR_ARG for page_tokens 0 or > 4096 or an unknown format. */
+/* TKV_ERR_ARG for page_tokens 0 or > 4096 or a format that is not f16/f32. */
 int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tkv_alloc *a,
 		 struct tkv_error *err);
-/* Every page must have been returned first (kv_pool_stats().n_pages == 0);
- * pages still out are leaked into the allocator's count. */
+/* Every page must have been returned first; pages still out stay counted in
+ * the allocator. */
 void kv_pool_free(struct kv_pool *p);
 
-/* Bytes a page of this shape costs against the budget. */
-size_t kv_page_bytes(uint32_t page_tokens, uint32_t head_dim, uint32_t fmt);
-/* Bytes of one element of fmt. */
-size_t kv_fmt_size(uint32_t fmt);
-const char *kv_fmt_name(uint32_t fmt);
+/* Bytes a page of this shape costs against the budget / its K+V regions. */
+size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
+size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 
 /* Whether `bytes` more fit under the budget now. */
 int kv_pool_can_fit(struct kv_pool *p, size_t bytes);
-/* A new empty page (n_used 0) in the pool's format; NULL when the budget is
- * exhausted or the allocator fails (*why = TKV_ERR_KV_FULL or TKV_ERR_NOMEM).
- * Ownership: transferred to the caller until kv_pool_put. */
-struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, int *why);
+/* A new empty page; NULL when the budget is exhausted or the allocator fails
+ * (*why = TKV_ERR_KV_FULL or TKV_ERR_NOMEM). Ownership: transferred to the
+ * caller until kv_pool_put. */
+struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, int *why);
 /* Returns a page (may be NULL). */
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg);
-/* Slots were filled (delta > 0) or dropped (delta < 0) in some page. */
-void kv_pool_note_used(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, long delta);
+/* Sets pg->n_used to n, keeping the used/kv_bytes/fmt_slots counts exact. */
+void kv_pool_set_used(struct kv_pool *p, struct kv_page *pg, uint32_t n);
 void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out);
 uint32_t kv_pool_page_tokens(const struct kv_pool *p);
 uint32_t kv_pool_fmt(const struct kv_pool *p);
+size_t kv_pool_budget(const struct kv_pool *p);
 
-/* Element access for page formats. */
+/* Slot access for pages of any format (per-slot formats store in place;
+ * packed formats are written with kv_tier_pack by the cache). */
 void kv_page_store(struct kv_page *pg, uint32_t slot, int32_t pos, const float *k, const float *v);
+/* Key / value of a slot in the model's space (un-rotated). */
 void kv_page_load_k(const struct kv_page *pg, uint32_t slot, float *k);
 void kv_page_load_v(const struct kv_page *pg, uint32_t slot, float *v);
 

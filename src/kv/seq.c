@@ -1,25 +1,31 @@
-/* seq.c - per-sequence page streams and attention over them. */
+/* seq.c - per-sequence page streams: growth, appends and page bookkeeping. */
 #include "kv/seq.h"
 
-#include <math.h>
 #include <string.h>
 
-#include "ops/ops.h"
 #include "util/alloc.h"
 #include "util/status.h"
 
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
 		uint32_t head_dim, struct tkv_alloc *a, struct tkv_error *err)
 {
+	size_t n = (size_t)n_layer * n_kv_head;
 	struct kv_seq *s;
 
 	*out = NULL;
 	s = tkv_calloc(a, 1, sizeof *s);
 	if (!s)
 		goto nomem;
-	s->streams = tkv_calloc(a, (size_t)n_layer * n_kv_head, sizeof *s->streams);
+	s->streams = tkv_calloc(a, n, sizeof *s->streams);
 	if (!s->streams)
 		goto nomem_free_s;
+	s->streams[0].centroid = tkv_calloc(a, n * head_dim, sizeof(float));
+	if (!s->streams[0].centroid)
+		goto nomem_free_streams;
+	for (size_t i = 0; i < n; i++) {
+		s->streams[i].centroid = s->streams[0].centroid + i * head_dim;
+		s->streams[i].tail = KV_NO_PAGE;
+	}
 	s->pool = pool;
 	s->alloc = a;
 	s->n_layer = n_layer;
@@ -28,6 +34,8 @@ int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uin
 	*out = s;
 	return TKV_OK;
 
+nomem_free_streams:
+	tkv_free(a, s->streams);
 nomem_free_s:
 	tkv_free(a, s);
 nomem:
@@ -41,16 +49,19 @@ void kv_seq_clear(struct kv_seq *s)
 	for (size_t i = 0; i < n; i++) {
 		struct kv_stream *st = &s->streams[i];
 
-		for (uint32_t j = 0; j < st->n_pages; j++) {
-			struct kv_page *pg = st->pages[j];
-
-			kv_pool_note_used(s->pool, pg->head_dim, pg->fmt, -(long)pg->n_used);
-			pg->n_used = 0;
-			kv_pool_put(s->pool, pg);
-		}
+		for (uint32_t j = 0; j < st->n_pages; j++)
+			kv_pool_put(s->pool, st->pages[j]);
 		st->n_pages = 0;
 		st->n_tokens = 0;
+		st->hot_free = 0;
+		st->tail = KV_NO_PAGE;
+		st->kv_bytes = 0;
+		st->n_seen = 0;
+		st->ent_sum = 0;
+		st->ent_n = 0;
+		memset(st->centroid, 0, s->head_dim * sizeof(float));
 	}
+	s->n_pos = 0;
 }
 
 void kv_seq_free(struct kv_seq *s)
@@ -63,84 +74,157 @@ void kv_seq_free(struct kv_seq *s)
 	n = (size_t)s->n_layer * s->n_kv_head;
 	for (size_t i = 0; i < n; i++)
 		tkv_free(s->alloc, s->streams[i].pages);
+	tkv_free(s->alloc, s->streams[0].centroid);
 	tkv_free(s->alloc, s->streams);
 	tkv_free(s->alloc, s);
 }
 
-/* Pages a stream needs to hold n tokens. */
-static uint32_t pages_for(uint32_t n, uint32_t P)
+static int is_hot(const struct kv_seq *s, const struct kv_page *pg)
 {
-	return (n + P - 1) / P;
+	return pg->fmt == kv_pool_fmt(s->pool);
+}
+
+static int grow_pages(struct kv_seq *s, struct kv_stream *st, uint32_t want)
+{
+	uint32_t cap = st->cap_pages ? st->cap_pages : 4;
+	struct kv_page **pages;
+
+	if (want <= st->cap_pages)
+		return TKV_OK;
+	while (cap < want)
+		cap *= 2;
+	pages = tkv_realloc(s->alloc, st->pages, (size_t)cap * sizeof *pages);
+	if (!pages)
+		return TKV_ERR_NOMEM;
+	st->pages = pages;
+	st->cap_pages = cap;
+	return TKV_OK;
+}
+
+int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg)
+{
+	if (grow_pages(s, st, st->n_pages + 1))
+		return TKV_ERR_NOMEM;
+	st->pages[st->n_pages++] = pg;
+	st->n_tokens += pg->n_used;
+	st->kv_bytes += pg->kv_bytes;
+	if (is_hot(s, pg)) {
+		st->hot_free += pg->cap - pg->n_used;
+		if (st->tail == KV_NO_PAGE && pg->n_used < pg->cap)
+			st->tail = st->n_pages - 1;
+	}
+	return TKV_OK;
+}
+
+void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg, uint32_t n)
+{
+	st->n_tokens = st->n_tokens - pg->n_used + n;
+	if (is_hot(s, pg))
+		st->hot_free = st->hot_free + pg->n_used - n;
+	kv_pool_set_used(s->pool, pg, n);
+}
+
+void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, uint32_t j)
+{
+	struct kv_page *pg = st->pages[i];
+	uint32_t last = pg->n_used - 1;
+
+	if (j != last) {
+		kv_tier_move(pg->fmt, pg->k, pg->v, pg->cap, pg->head_dim, j, last);
+		pg->pos[j] = pg->pos[last];
+		pg->score[j] = pg->score[last];
+	}
+	kv_stream_set_used(s, st, pg, last);
+	if (is_hot(s, pg) && st->tail == KV_NO_PAGE)
+		st->tail = i;
+}
+
+void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
+{
+	uint32_t i = 0;
+
+	while (i < st->n_pages) {
+		struct kv_page *pg = st->pages[i];
+
+		if (pg->n_used) {
+			i++;
+			continue;
+		}
+		if (is_hot(s, pg))
+			st->hot_free -= pg->cap;
+		st->kv_bytes -= pg->kv_bytes;
+		kv_pool_put(s->pool, pg);
+		st->pages[i] = st->pages[--st->n_pages];
+		if (st->tail == i)
+			st->tail = KV_NO_PAGE;
+		else if (st->tail == st->n_pages)
+			st->tail = i;
+	}
+}
+
+/* Hot pages a stream needs for n_new more tokens. */
+static uint32_t pages_needed(const struct kv_stream *st, uint32_t n_new, uint32_t P)
+{
+	return n_new > st->hot_free ? (n_new - st->hot_free + P - 1) / P : 0;
 }
 
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 {
-	uint32_t P = kv_pool_page_tokens(s->pool);
+	uint32_t P = kv_pool_page_tokens(s->pool), fmt = kv_pool_fmt(s->pool);
 	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, i;
-	size_t page_bytes = kv_page_bytes(P, s->head_dim, kv_pool_fmt(s->pool));
+	size_t page_bytes = kv_page_bytes(P, s->head_dim, fmt);
 	size_t need_pages = 0;
-	uint32_t got = 0;
+	uint32_t *added = NULL;
 	int why = TKV_OK;
 
 	/* grow the page arrays first: this can fail without touching the pool */
 	for (i = 0; i < n_streams; i++) {
 		struct kv_stream *st = &s->streams[i];
-		uint32_t want = pages_for(st->n_tokens + n_new, P);
+		uint32_t need = pages_needed(st, n_new, P);
 
-		if (want > st->cap_pages) {
-			uint32_t cap = st->cap_pages ? st->cap_pages : 4;
-			struct kv_page **pages;
-
-			while (cap < want)
-				cap *= 2;
-			pages = tkv_realloc(s->alloc, st->pages, (size_t)cap * sizeof *pages);
-			if (!pages)
-				return tkv_errf(err, TKV_ERR_NOMEM, "out of memory growing a KV stream");
-			st->pages = pages;
-			st->cap_pages = cap;
-		}
-		/* pages reserved earlier and not yet filled count: want may be below n_pages */
-		if (want > st->n_pages)
-			need_pages += want - st->n_pages;
+		if (grow_pages(s, st, st->n_pages + need))
+			return tkv_errf(err, TKV_ERR_NOMEM, "out of memory growing a KV stream");
+		need_pages += need;
 	}
 	if (need_pages == 0)
 		return TKV_OK;
 	if (!kv_pool_can_fit(s->pool, need_pages * page_bytes))
 		goto full;
+	added = tkv_calloc(s->alloc, n_streams, sizeof *added);
+	if (!added)
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory reserving KV pages");
 
-	/* stage the new pages past n_pages; n_pages moves only once all have come */
 	for (i = 0; i < n_streams; i++) {
 		struct kv_stream *st = &s->streams[i];
-		uint32_t want = pages_for(st->n_tokens + n_new, P);
+		uint32_t need = pages_needed(st, n_new, P);
 
-		for (got = st->n_pages; got < want; got++) {
-			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, &why);
+		for (; added[i] < need; added[i]++) {
+			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, fmt, P, &why);
 
 			if (!pg)
 				goto undo;
-			st->pages[got] = pg;
+			kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
 		}
 	}
-	for (i = 0; i < n_streams; i++) {
-		struct kv_stream *st = &s->streams[i];
-		uint32_t want = pages_for(st->n_tokens + n_new, P);
-
-		if (want > st->n_pages)
-			st->n_pages = want;
-	}
+	tkv_free(s->alloc, added);
 	return TKV_OK;
 
 undo:
-	/* return only the pages staged by this call (stream i up to got, the streams
-	 * before it up to want), not empty pages reserved by earlier calls */
-	while (got > s->streams[i].n_pages)
-		kv_pool_put(s->pool, s->streams[i].pages[--got]);
-	while (i-- > 0) {
+	/* return the empty pages taken by this call: the last added[i] of each stream */
+	for (i = 0; i < n_streams; i++) {
 		struct kv_stream *st = &s->streams[i];
 
-		for (got = pages_for(st->n_tokens + n_new, P); got > st->n_pages; got--)
-			kv_pool_put(s->pool, st->pages[got - 1]);
+		for (; added[i] > 0; added[i]--) {
+			struct kv_page *pg = st->pages[--st->n_pages];
+
+			st->hot_free -= pg->cap;
+			st->kv_bytes -= pg->kv_bytes;
+			if (st->tail == st->n_pages)
+				st->tail = KV_NO_PAGE;
+			kv_pool_put(s->pool, pg);
+		}
 	}
+	tkv_free(s->alloc, added);
 	if (why == TKV_ERR_NOMEM)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory allocating KV pages");
 full: {
@@ -148,9 +232,9 @@ full: {
 
 		kv_pool_stats(s->pool, &ps);
 		return tkv_errf(err, TKV_ERR_KV_FULL,
-				"KV cache budget exhausted at %u tokens: %u more need %zu bytes of new pages, "
-				"%zu of the %zu-byte budget are in use (raise --kv-mem)",
-				s->streams[0].n_tokens, n_new, need_pages * page_bytes, ps.allocated, ps.budget);
+				"KV cache budget exhausted at %d tokens: %u more need %zu bytes of new pages, "
+				"%zu of the %zu-byte budget are in use (raise --kv-mem, or use a policy that evicts)",
+				s->n_pos, n_new, need_pages * page_bytes, ps.allocated, ps.budget);
 	}
 }
 
@@ -158,66 +242,27 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 		   const float *k, const float *v)
 {
 	struct kv_stream *st = kv_seq_stream(s, layer, head);
-	uint32_t P = kv_pool_page_tokens(s->pool);
-	struct kv_page *pg = st->pages[st->n_tokens / P];
+	struct kv_page *pg = st->tail == KV_NO_PAGE ? NULL : st->pages[st->tail];
+	uint32_t d = s->head_dim;
+	float inv;
 
-	kv_page_store(pg, pg->n_used, pos, k, v);
-	pg->n_used++;
-	st->n_tokens++;
-	kv_pool_note_used(s->pool, pg->head_dim, pg->fmt, 1);
-}
+	if (!pg || pg->n_used == pg->cap || !is_hot(s, pg)) {
+		/* find another full-precision page with room; reserve guarantees one */
+		for (uint32_t i = 0; i < st->n_pages; i++) {
+			struct kv_page *c = st->pages[i];
 
-void kv_attn(const struct kv_stream *st, uint32_t head_dim, const float *q, uint32_t n_visible,
-	     float scale, float *att, float *out)
-{
-	float kbuf[512], vbuf[512];
-	float max = -INFINITY, sum = 0.0f;
-	uint32_t t = 0;
-
-	/* pass 1: scores */
-	for (uint32_t p = 0; p < st->n_pages && t < n_visible; p++) {
-		const struct kv_page *pg = st->pages[p];
-
-		for (uint32_t j = 0; j < pg->n_used && t < n_visible; j++, t++) {
-			float s = 0.0f;
-
-			if (pg->fmt == KV_FMT_F32) {
-				const float *k = (const float *)pg->k + (size_t)j * head_dim;
-				for (uint32_t i = 0; i < head_dim; i++)
-					s += q[i] * k[i];
-			} else {
-				kv_page_load_k(pg, j, kbuf);
-				for (uint32_t i = 0; i < head_dim; i++)
-					s += q[i] * kbuf[i];
+			if (is_hot(s, c) && c->n_used < c->cap) {
+				st->tail = i;
+				pg = c;
+				break;
 			}
-			att[t] = s * scale;
-			if (att[t] > max)
-				max = att[t];
 		}
 	}
-	n_visible = t;
-	for (t = 0; t < n_visible; t++) {
-		att[t] = expf(att[t] - max);
-		sum += att[t];
-	}
-	for (t = 0; t < n_visible; t++)
-		att[t] /= sum;
-
-	/* pass 2: weighted values */
-	memset(out, 0, head_dim * sizeof(float));
-	t = 0;
-	for (uint32_t p = 0; p < st->n_pages && t < n_visible; p++) {
-		const struct kv_page *pg = st->pages[p];
-
-		for (uint32_t j = 0; j < pg->n_used && t < n_visible; j++, t++) {
-			const float *v = vbuf;
-
-			if (pg->fmt == KV_FMT_F32)
-				v = (const float *)pg->v + (size_t)j * head_dim;
-			else
-				kv_page_load_v(pg, j, vbuf);
-			for (uint32_t i = 0; i < head_dim; i++)
-				out[i] += att[t] * v[i];
-		}
-	}
+	kv_page_store(pg, pg->n_used, pos, k, v);
+	kv_stream_set_used(s, st, pg, pg->n_used + 1);
+	/* running mean of keys: the context's core vector for semantic scores */
+	st->n_seen++;
+	inv = 1.0f / (float)st->n_seen;
+	for (uint32_t i = 0; i < d; i++)
+		st->centroid[i] += (k[i] - st->centroid[i]) * inv;
 }

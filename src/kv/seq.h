@@ -1,11 +1,14 @@
 /* seq.h - the cache of one sequence: a stream of pages per (layer, KV head).
  *
- * Streams grow page by page as tokens arrive (kv_seq_reserve, then
- * kv_seq_write); nothing is sized to the maximum context. Attention for a query
- * head walks the pages of its KV head's stream in slot order.
+ * A stream's pages come in any order and any mix of formats; every slot carries
+ * its position, so attention masks by position rather than by order. New tokens
+ * go into full-precision ("hot") pages with room; the policy (policy.h) later
+ * moves slots to warm or cold pages or evicts them, per stream, so each layer
+ * and head keeps its own set of tokens.
  *
- * Ownership: the seq owns its pages (borrowed from the pool it was made with) and
- * returns them on kv_seq_free / kv_seq_clear. */
+ * Streams grow page by page (kv_seq_reserve, then kv_seq_append); nothing is
+ * sized to the maximum context. Ownership: the seq owns its pages (from the pool
+ * it was made with) and returns them on kv_seq_free / kv_seq_clear. */
 #ifndef TKV_KV_SEQ_H
 #define TKV_KV_SEQ_H
 
@@ -13,11 +16,24 @@
 
 #include "kv/pool.h"
 
+#define KV_NO_PAGE UINT32_MAX
+
 struct kv_stream {
-	struct kv_page **pages;  /* [n_pages], slots fill page 0 first */
+	struct kv_page **pages;  /* [n_pages] */
 	uint32_t n_pages;
 	uint32_t cap_pages;
-	uint32_t n_tokens;       /* slots filled over all pages */
+	uint32_t n_tokens;       /* filled slots over all pages */
+	uint32_t hot_free;       /* free slots in full-precision pages */
+	uint32_t tail;           /* a full-precision page with room, or KV_NO_PAGE */
+	size_t kv_bytes;         /* K+V region bytes of this stream's pages */
+	size_t budget;           /* K+V bytes this stream may hold; 0 = none */
+	float *centroid;         /* (head_dim) mean of every key appended so far */
+	uint64_t n_seen;         /* keys appended so far */
+	double ent_sum;          /* sum of attention entropies observed (nats) */
+	uint64_t ent_n;          /* queries behind ent_sum */
+	/* counters */
+	uint64_t evicted, demoted, merged;
+	uint64_t pages_read, pages_skipped;
 };
 
 struct kv_seq {
@@ -25,6 +41,7 @@ struct kv_seq {
 	struct tkv_alloc *alloc;
 	uint32_t n_layer, n_kv_head, head_dim;
 	struct kv_stream *streams;   /* [n_layer][n_kv_head] */
+	int32_t n_pos;               /* position of the next token */
 };
 
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
@@ -42,16 +59,42 @@ static inline struct kv_stream *kv_seq_stream(struct kv_seq *s, uint32_t layer, 
  * TKV_ERR_KV_FULL (budget) or TKV_ERR_NOMEM nothing changes and err says how
  * many bytes were needed against what the budget had left. */
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err);
-/* Appends one token's key and value (head_dim floats each) to a stream that
- * has room (after kv_seq_reserve). */
+/* Appends one token's key and value (head_dim floats each, model space) to a
+ * stream that has room (after kv_seq_reserve). */
 void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 		   const float *k, const float *v);
 
-/* Attention of one query over the first n_visible slots of a stream:
- *   att[i] = softmax_i(scale * q·k_i),   out = Σ att[i] v_i
- * q and out have head_dim floats; att (n_visible floats, scratch) receives the
- * weight each slot got, in slot order, for importance scores. */
-void kv_attn(const struct kv_stream *st, uint32_t head_dim, const float *q, uint32_t n_visible,
-	     float scale, float *att, float *out);
+/* Page bookkeeping for the policy, keeping n_tokens, hot_free, tail and
+ * kv_bytes exact: */
+/* Adds a page (empty or filled) to a stream; TKV_ERR_NOMEM if the page array
+ * cannot grow (the page is not taken then). */
+int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg);
+/* Changes a page's fill. */
+void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg, uint32_t n);
+/* Removes slot j of page i (the last slot moves into it). */
+void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, uint32_t j);
+/* Returns empty pages to the pool. */
+void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
+
+/* ---- attention (attn.c) ---- */
+
+struct kv_attn_args {
+	const float *q;     /* (nq, d) the query heads sharing this KV head, model space */
+	uint32_t nq;
+	int32_t qpos;       /* slots with pos > qpos are masked (causal) */
+	float scale;        /* 1/sqrt(d) */
+	float skip;         /* skip a cold page whose score bound is below the running
+			     * max minus skip for every head; 0 = never skip */
+	float *logit;       /* scratch: nq * n_tokens floats */
+	float *qrot;        /* scratch: nq * d floats */
+	float *orot;        /* scratch: nq * d floats */
+	float *att;         /* out (may be NULL): per slot in page order, the sum over the
+			     * nq heads of the weight it received; 0 for masked/skipped */
+	float *out;         /* out: (nq, d) */
+	double *entropy;    /* out (may be NULL): += sum over heads of the entropy (nats) */
+};
+
+/* One query position of nq heads over a stream: out_h = Σ_i softmax_i(scale q_h·k_i) v_i. */
+void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a);
 
 #endif

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kv/policy.h"
 #include "kv/seq.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -355,8 +356,15 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 	s->o = tkv_malloc(a, B * in->dim * sizeof(float));
 	s->hg = tkv_malloc(a, B * in->n_ff * sizeof(float));
 	s->hu = tkv_malloc(a, B * in->n_ff * sizeof(float));
-	s->att = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof(float));
-	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu || !s->att) {
+	{
+		size_t group = in->n_head / in->n_kv_head;
+
+		s->logit = tkv_malloc(a, (size_t)n_threads * group * n_ctx * sizeof(float));
+		s->att = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof(float));
+		s->rot = tkv_malloc(a, (size_t)n_threads * 2 * group * in->head_dim * sizeof(float));
+	}
+	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu ||
+	    !s->logit || !s->att || !s->rot) {
 		llama_scratch_free(s, a);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for activations (batch %u)", n_batch);
 	}
@@ -374,7 +382,9 @@ void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a)
 	tkv_free(a, s->o);
 	tkv_free(a, s->hg);
 	tkv_free(a, s->hu);
+	tkv_free(a, s->logit);
 	tkv_free(a, s->att);
+	tkv_free(a, s->rot);
 	memset(s, 0, sizeof *s);
 }
 
@@ -384,38 +394,60 @@ struct attn_job {
 	const struct tkv_model *m;
 	struct llama_scratch *s;
 	struct kv_seq *seq;
-	uint32_t layer, n, base;  /* base: tokens in the streams before this chunk */
+	const struct kv_cfg *cfg;
+	uint32_t layer, n;
+	int32_t pos0;
+	uint32_t observe_from;  /* queries i >= this update the slots' scores */
 };
 
-/* One task per (token, query head); each thread has its own weights buffer. */
+/* One task per KV head: its stream's query heads for every token of the chunk,
+ * in order, so score updates of a stream never race. */
 static void attn_worker(void *ctx, int ith, int nth)
 {
 	const struct attn_job *j = ctx;
 	const struct tkv_model_info *in = &j->m->info;
 	uint32_t hd = in->head_dim, group = in->n_head / in->n_kv_head;
-	size_t n_task = (size_t)j->n * in->n_head;
-	size_t t0 = n_task * ith / nth, t1 = n_task * (ith + 1) / nth;
-	float *att = j->s->att + (size_t)ith * j->s->n_ctx;
-	float scale = 1.0f / sqrtf((float)hd);
+	uint32_t g0 = in->n_kv_head * ith / nth, g1 = in->n_kv_head * (ith + 1) / nth;
+	const struct kv_cfg *cfg = j->cfg;
+	struct kv_attn_args a = {
+		.nq = group,
+		.scale = 1.0f / sqrtf((float)hd),
+		.skip = cfg->skip,
+		.logit = j->s->logit + (size_t)ith * group * j->s->n_ctx,
+		.qrot = j->s->rot + (size_t)ith * 2 * group * hd,
+		.orot = j->s->rot + ((size_t)ith * 2 + 1) * group * hd,
+	};
 
-	for (size_t t = t0; t < t1; t++) {
-		uint32_t i = (uint32_t)(t / in->n_head), h = (uint32_t)(t % in->n_head);
-		const struct kv_stream *st = kv_seq_stream(j->seq, j->layer, h / group);
-		const float *q = j->s->q + ((size_t)i * in->n_head + h) * hd;
-		float *out = j->s->ao + ((size_t)i * in->n_head + h) * hd;
+	for (uint32_t g = g0; g < g1; g++) {
+		struct kv_stream *st = kv_seq_stream(j->seq, j->layer, g);
 
-		kv_attn(st, hd, q, j->base + i + 1, scale, att, out);
+		for (uint32_t i = 0; i < j->n; i++) {
+			int observe = cfg->score != KV_SCORE_NONE && i >= j->observe_from;
+
+			a.q = j->s->q + ((size_t)i * in->n_head + (size_t)g * group) * hd;
+			a.out = j->s->ao + ((size_t)i * in->n_head + (size_t)g * group) * hd;
+			a.qpos = j->pos0 + (int32_t)i;
+			a.att = observe ? j->s->att + (size_t)ith * j->s->n_ctx : NULL;
+			a.entropy = cfg->adaptive ? &st->ent_sum : NULL;
+			kv_attn(st, hd, &a);
+			if (observe)
+				kv_policy_observe(cfg, st, a.att);
+			if (cfg->adaptive)
+				st->ent_n++;
+		}
 	}
 }
 
 void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp,
-		   struct kv_seq *seq, const int32_t *ids, uint32_t n, int32_t pos0,
-		   float *logits, bool all_logits)
+		   struct kv_seq *seq, const struct kv_cfg *cfg, const int32_t *ids, uint32_t n,
+		   int32_t pos0, float *logits, bool all_logits)
 {
 	const struct tkv_model_info *in = &m->info;
 	uint32_t dim = in->dim, hd = in->head_dim;
 	size_t qd = (size_t)in->n_head * hd, kvd = (size_t)in->n_kv_head * hd;
-	uint32_t base = kv_seq_stream(seq, 0, 0)->n_tokens;
+	uint32_t n_slots = kv_seq_stream(seq, 0, 0)->n_tokens + n;
+	/* snapkv votes with the last queries of a prompt chunk; others with all */
+	uint32_t observe_from = cfg->policy == TKV_POLICY_SNAPKV && n > cfg->obs_window ? n - cfg->obs_window : 0;
 
 	for (uint32_t i = 0; i < n; i++)
 		ops_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)ids[i] * m->tok_embd.row_bytes,
@@ -423,7 +455,7 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 
 	for (uint32_t l = 0; l < in->n_layer; l++) {
 		const struct llama_layer *L = &m->layers[l];
-		struct attn_job aj = { m, s, seq, l, n, base };
+		struct attn_job aj = { m, s, seq, cfg, l, n, pos0, observe_from };
 
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->attn_norm, dim, in->rms_eps);
@@ -440,7 +472,7 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 					      s->v + i * kvd + (size_t)h * hd);
 		}
 		/* small attention work runs on the caller: a wake-up costs more */
-		tpool_run((size_t)n * in->n_head * (base + n) * hd < 65536 ? NULL : tp, attn_worker, &aj);
+		tpool_run((size_t)n * in->n_head * n_slots * hd < 65536 ? NULL : tp, attn_worker, &aj);
 		ops_matmul(tp, &L->wo, s->ao, s->o, (int)n);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[i];

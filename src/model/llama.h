@@ -15,6 +15,7 @@ struct gguf_file;
 struct tok;
 struct tpool;
 struct kv_seq;
+struct kv_cfg;
 
 struct llama_layer {
 	const float *attn_norm;  /* (dim) */
@@ -52,7 +53,9 @@ struct llama_scratch {
 	float *o;       /* (n_batch, dim) projected attention / ffn output */
 	float *hg;      /* (n_batch, n_ff) gate */
 	float *hu;      /* (n_batch, n_ff) up */
-	float *att;     /* (n_threads, n_ctx) attention weights, per thread */
+	float *logit;   /* (n_threads, group, n_ctx) attention logits/weights, per thread */
+	float *att;     /* (n_threads, n_ctx) attention per slot summed over a group */
+	float *rot;     /* (n_threads, 2, group, head_dim) rotated query / output */
 };
 
 int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint32_t n_batch,
@@ -60,11 +63,12 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a);
 
 /* Runs n (<= n_batch) tokens at positions pos0.. through the model, appending
- * their keys and values to seq (which must have room: kv_seq_reserve). logits
- * gets n_vocab floats for the last token, or for every token when all_logits. */
+ * their keys and values to seq (which must have room: kv_seq_reserve) and
+ * updating the slots' scores as the cache policy cfg asks. logits gets n_vocab
+ * floats for the last token, or for every token when all_logits. */
 void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp,
-		   struct kv_seq *seq, const int32_t *ids, uint32_t n, int32_t pos0,
-		   float *logits, bool all_logits);
+		   struct kv_seq *seq, const struct kv_cfg *cfg, const int32_t *ids, uint32_t n,
+		   int32_t pos0, float *logits, bool all_logits);
 
 const struct tok *llama_tokenizer(const struct tkv_model *m);
 const struct gguf_file *llama_gguf(const struct tkv_model *m);

@@ -1,0 +1,507 @@
+/* bench.c - `tierkv bench`: prefill and decode speed, in the manner of
+ * llama.cpp's llama-bench, next to the machine's limit.
+ *
+ * Tests, for each depth d of -d (default 0):
+ *   pp<P> @ d   P random tokens through a sequence already holding d tokens,
+ *               in chunks of -b (default 512), logits of the last only
+ *   tg<N> @ d   N tokens one at a time after d tokens
+ * Filling the cache to depth d is not timed. Each test runs once to warm up,
+ * then -r times (default 5) on a fresh sequence; t/s is the mean ± standard
+ * deviation of the repetitions' rates.
+ *
+ * The limit: decoding one token reads every weight once (token_embd: one row)
+ * and the whole KV cache, so it cannot go faster than the memory bandwidth
+ * divided by those bytes. The bandwidth is measured in the same run by a
+ * multi-threaded streaming read of a 512 MiB buffer (in a child process, so
+ * the buffer does not count in our peak RSS); decode figures are also given as
+ * a fraction of that limit, with the KV at the mean depth of the run. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "ops/dtype.h"
+#include "ops/ops.h"
+#include "util/status.h"
+#include "util/tpool.h"
+
+#define BENCH_MAX_DEPTHS 16
+#define BENCH_MAX_REPS 100
+#define BENCH_BW_BYTES ((size_t)512 << 20)
+#define BENCH_BW_PASSES 5
+
+static void bench_help(void)
+{
+	printf("usage: tierkv bench -m MODEL [options]\n"
+	       "\n"
+	       "Measures prefill (pp) and decode (tg) tokens/s on random tokens, like llama-bench,\n"
+	       "and each decode rate as a fraction of the memory-bandwidth limit (bandwidth\n"
+	       "measured in the same run / bytes read per token: weights + KV cache).\n"
+	       "\n"
+	       "  -m, --model PATH      GGUF model\n"
+	       "  -p, --n-prompt N      prompt tokens for the pp test; 0 = none (default 512)\n"
+	       "  -n, --n-gen N         tokens for the tg test; 0 = none (default 128)\n"
+	       "  -d, --depth LIST      comma-separated context depths, filled untimed first (default 0)\n"
+	       "  -r, --repetitions N   timed runs per test (default 5)\n"
+	       "  -t, --threads N       threads (default: physical cores)\n"
+	       "  -b, --batch-size N    prompt tokens per forward chunk (default 512)\n"
+	       "      --kv-type T       KV storage: f16 or f32 (default f16)\n"
+	       "  -o, --output FMT      md (table, default) or json (JSON lines) on stdout\n"
+	       "      --json FILE       also write JSON lines to FILE\n"
+	       "      --no-bandwidth    skip the bandwidth measurement (no limit column)\n"
+	       "  -h, --help            this text\n");
+}
+
+struct bench_opts {
+	const char *model, *json_path;
+	long n_prompt, n_gen, reps, threads, batch;
+	long depths[BENCH_MAX_DEPTHS];
+	int n_depths;
+	int json_stdout, no_bw;
+	enum tkv_kv_type kv_type;
+};
+
+static int bench_parse_depths(struct cli_args *a, const char *v, struct bench_opts *o)
+{
+	const char *p = v;
+
+	o->n_depths = 0;
+	while (*p) {
+		char *end;
+		long d;
+
+		errno = 0;
+		d = strtol(p, &end, 10);
+		if (errno || end == p || d < 0 || d > (1L << 22) || (*end && *end != ','))
+			return cli_usage_error(a, "-d: '%s' is not a comma-separated list of depths", v);
+		if (o->n_depths == BENCH_MAX_DEPTHS)
+			return cli_usage_error(a, "-d: at most %d depths", BENCH_MAX_DEPTHS);
+		o->depths[o->n_depths++] = d;
+		p = *end ? end + 1 : end;
+	}
+	if (o->n_depths == 0)
+		return cli_usage_error(a, "-d: no depth given");
+	return 0;
+}
+
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
+	struct cli_args a = { argc, argv, 1, "bench" };
+	int rc;
+
+	memset(o, 0, sizeof *o);
+	o->n_prompt = 512;
+	o->n_gen = 128;
+	o->reps = 5;
+	o->batch = 512;
+	o->n_depths = 1;
+	o->kv_type = TKV_KV_F16;
+	for (; a.i < argc; a.i++) {
+		const char *s = argv[a.i], *v;
+
+		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+			bench_help();
+			return -1;
+		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
+			if (!(o->model = cli_value(&a, s)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "-p") || !strcmp(s, "--n-prompt")) {
+			if ((rc = cli_int(&a, s, 0, 1L << 20, &o->n_prompt)))
+				return rc;
+		} else if (!strcmp(s, "-n") || !strcmp(s, "--n-gen")) {
+			if ((rc = cli_int(&a, s, 0, 1L << 20, &o->n_gen)))
+				return rc;
+		} else if (!strcmp(s, "-d") || !strcmp(s, "--depth")) {
+			if (!(v = cli_value(&a, s)))
+				return CLI_USAGE;
+			if ((rc = bench_parse_depths(&a, v, o)))
+				return rc;
+		} else if (!strcmp(s, "-r") || !strcmp(s, "--repetitions")) {
+			if ((rc = cli_int(&a, s, 1, BENCH_MAX_REPS, &o->reps)))
+				return rc;
+		} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
+			if ((rc = cli_int(&a, s, 1, 512, &o->threads)))
+				return rc;
+		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
+			if ((rc = cli_int(&a, s, 1, 65536, &o->batch)))
+				return rc;
+		} else if (!strcmp(s, "--kv-type")) {
+			if (!(v = cli_value(&a, s)))
+				return CLI_USAGE;
+			if (!strcmp(v, "f16"))
+				o->kv_type = TKV_KV_F16;
+			else if (!strcmp(v, "f32"))
+				o->kv_type = TKV_KV_F32;
+			else
+				return cli_usage_error(&a, "--kv-type: '%s' is not f16 or f32", v);
+		} else if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
+			if (!(v = cli_value(&a, s)))
+				return CLI_USAGE;
+			if (!strcmp(v, "json"))
+				o->json_stdout = 1;
+			else if (strcmp(v, "md"))
+				return cli_usage_error(&a, "--output: '%s' is not md or json", v);
+		} else if (!strcmp(s, "--json")) {
+			if (!(o->json_path = cli_value(&a, s)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "--no-bandwidth")) {
+			o->no_bw = 1;
+		} else {
+			return cli_usage_error(&a, "unknown option '%s'", s);
+		}
+	}
+	if (!o->model)
+		return cli_usage_error(&a, "-m MODEL is required");
+	if (o->n_prompt == 0 && o->n_gen == 0)
+		return cli_usage_error(&a, "nothing to measure: -p and -n are both 0");
+	return 0;
+}
+
+/* ---- memory bandwidth ------------------------------------------------------- */
+
+struct bw_job {
+	const uint64_t *buf;
+	size_t n;            /* uint64 words */
+	uint64_t sums[512];  /* one per thread, so the reads are not optimised away */
+};
+
+static void bw_worker(void *ctx, int ith, int nth)
+{
+	struct bw_job *j = ctx;
+	size_t lo = j->n * (size_t)ith / (size_t)nth / 8 * 8, hi = j->n * (size_t)(ith + 1) / (size_t)nth / 8 * 8;
+	uint64_t s[8] = { 0 };
+
+	for (size_t i = lo; i < hi; i += 8)
+		for (int k = 0; k < 8; k++)
+			s[k] += j->buf[i + k];
+	j->sums[ith] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+/* Best of a few multi-threaded passes over a buffer far larger than the
+ * caches, in bytes/s; 0 on failure. Runs in a child process: the buffer never
+ * counts in this process's peak RSS, and the child's threads end with it. */
+static double bench_bandwidth(int n_threads)
+{
+	int fds[2];
+	double best = 0.0;
+	pid_t pid;
+
+	if (pipe(fds))
+		return 0.0;
+	pid = fork();
+	if (pid < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return 0.0;
+	}
+	if (pid == 0) {
+		struct tpool *tp = NULL;
+		struct bw_job *j = calloc(1, sizeof *j);
+		uint64_t *buf = malloc(BENCH_BW_BYTES);
+		double r = 0.0;
+
+		close(fds[0]);
+		if (j && buf && tpool_init(&tp, n_threads, NULL, NULL) == TKV_OK) {
+			memset(buf, 1, BENCH_BW_BYTES);
+			j->buf = buf;
+			j->n = BENCH_BW_BYTES / sizeof *buf;
+			tpool_run(tp, bw_worker, j); /* warm: page tables, thread wake-up */
+			for (int pass = 0; pass < BENCH_BW_PASSES; pass++) {
+				double t0 = cli_now(), dt;
+
+				tpool_run(tp, bw_worker, j);
+				dt = cli_now() - t0;
+				if (dt > 0 && BENCH_BW_BYTES / dt > r)
+					r = BENCH_BW_BYTES / dt;
+			}
+		}
+		if (write(fds[1], &r, sizeof r) != sizeof r)
+			r = 0.0;
+		_exit(0);
+	}
+	close(fds[1]);
+	if (read(fds[0], &best, sizeof best) != sizeof best)
+		best = 0.0;
+	close(fds[0]);
+	waitpid(pid, NULL, 0);
+	return best;
+}
+
+/* ---- bytes per token -------------------------------------------------------- */
+
+static uint64_t mat_bytes(const struct ops_mat *m)
+{
+	return (uint64_t)m->rows * m->row_bytes;
+}
+
+/* Bytes of weights one decoded token reads: every matrix, the norms, and one
+ * row of the embedding. */
+static uint64_t bench_weight_bytes(const struct tkv_model *m)
+{
+	const struct tkv_model_info *in = &m->info;
+	uint64_t b = mat_bytes(&m->output) + m->tok_embd.row_bytes + (uint64_t)in->dim * 4 * (2 * in->n_layer + 1);
+
+	for (uint32_t l = 0; l < in->n_layer; l++) {
+		const struct llama_layer *L = &m->layers[l];
+
+		b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+		     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
+	}
+	return b;
+}
+
+static uint64_t bench_file_weight_bytes(const struct tkv_model *m)
+{
+	const struct gguf_file *g = llama_gguf(m);
+	uint64_t b = 0;
+
+	for (uint64_t i = 0; i < gguf_n_tensors(g); i++)
+		b += gguf_tensor_at(g, i)->nbytes;
+	return b;
+}
+
+/* ---- running tests ------------------------------------------------------------ */
+
+struct bench_result {
+	char test[48];
+	long n_prompt, n_gen, depth;
+	double ts[BENCH_MAX_REPS];
+	int n_reps;
+	double mean, sd;
+	size_t kv_allocated, kv_bytes, peak_rss;
+	double bytes_per_token, limit_ts, frac; /* decode only; 0 otherwise */
+};
+
+static uint64_t bench_rng = 0x853c49e6748fea9bull;
+
+static int32_t bench_token(uint32_t n_vocab)
+{
+	bench_rng = bench_rng * 6364136223846793005ull + 1442695040888963407ull;
+	return (int32_t)((bench_rng >> 33) % n_vocab);
+}
+
+/* One timed run: a fresh sequence filled to depth, then the test. Returns the
+ * rate in tokens/s, or a negative status. */
+static int bench_once(struct tkv_engine *e, uint32_t n_vocab, long depth, long n_prompt, long n_gen,
+		      int32_t *ids, float *logits, double *rate, struct tkv_kv_stats *ks, struct tkv_error *err)
+{
+	struct tkv_seq *seq = NULL;
+	double t0, t1;
+	int st;
+
+	if ((st = tkv_seq_init(&seq, e, err)))
+		return st;
+	for (long i = 0; i < (depth > n_prompt ? depth : n_prompt); i++)
+		ids[i] = bench_token(n_vocab);
+	if (depth > 0 && (st = tkv_seq_decode(seq, ids, (size_t)depth, NULL, 0, err)))
+		goto out;
+	if (n_prompt > 0) {
+		t0 = cli_now();
+		st = tkv_seq_decode(seq, ids, (size_t)n_prompt, logits, 0, err);
+		t1 = cli_now();
+		*rate = n_prompt / (t1 - t0);
+	} else {
+		int32_t id = bench_token(n_vocab);
+
+		t0 = cli_now();
+		for (long i = 0; i < n_gen && !st; i++) {
+			st = tkv_seq_decode(seq, &id, 1, logits, 0, err);
+			id = bench_token(n_vocab); /* random, like llama-bench: no sampling cost */
+		}
+		t1 = cli_now();
+		*rate = n_gen / (t1 - t0);
+	}
+	tkv_engine_kv_stats(e, ks);
+out:
+	tkv_seq_free(seq);
+	return st;
+}
+
+static int bench_test(struct tkv_engine *e, const struct tkv_model *m, const struct bench_opts *o, long depth,
+		      long n_prompt, long n_gen, int32_t *ids, float *logits, struct bench_result *r,
+		      struct tkv_error *err)
+{
+	struct tkv_kv_stats ks;
+	double rate, sum = 0.0, ss = 0.0;
+	int st;
+
+	memset(r, 0, sizeof *r);
+	if (n_prompt)
+		snprintf(r->test, sizeof r->test, "pp%ld", n_prompt);
+	else
+		snprintf(r->test, sizeof r->test, "tg%ld", n_gen);
+	if (depth)
+		snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%ld", depth);
+	r->n_prompt = n_prompt;
+	r->n_gen = n_gen;
+	r->depth = depth;
+	/* warm-up (llama-bench does one too): pages in the weights, wakes threads */
+	if ((st = bench_once(e, m->info.n_vocab, depth, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
+			     &rate, &ks, err)))
+		return st;
+	for (long i = 0; i < o->reps; i++) {
+		if ((st = bench_once(e, m->info.n_vocab, depth, n_prompt, n_gen, ids, logits, &rate, &ks, err)))
+			return st;
+		r->ts[r->n_reps++] = rate;
+		sum += rate;
+	}
+	r->mean = sum / r->n_reps;
+	for (int i = 0; i < r->n_reps; i++)
+		ss += (r->ts[i] - r->mean) * (r->ts[i] - r->mean);
+	r->sd = r->n_reps > 1 ? sqrt(ss / (r->n_reps - 1)) : 0.0;
+	r->kv_allocated = ks.allocated;
+	r->kv_bytes = ks.kv_bytes;
+	r->peak_rss = cli_peak_rss();
+	return TKV_OK;
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+static void bench_json(FILE *f, const struct tkv_model_info *in, const struct bench_opts *o, const char *type_name,
+		       uint64_t size, double bw, const struct bench_result *r)
+{
+	fprintf(f, "{\"model\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, "
+		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", \"test\": \"%s\", "
+		"\"n_prompt\": %ld, \"n_gen\": %ld, \"n_depth\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
+		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, ops_kernel_name(),
+		o->threads, o->batch, o->kv_type == TKV_KV_F32 ? "f32" : "f16", r->test, r->n_prompt, r->n_gen,
+		r->depth, r->mean, r->sd);
+	for (int i = 0; i < r->n_reps; i++)
+		fprintf(f, "%s%.3f", i ? ", " : "", r->ts[i]);
+	fprintf(f, "], \"kv_allocated\": %zu, \"kv_bytes\": %zu, \"peak_rss\": %zu, \"mem_bw_gbs\": %.3f", r->kv_allocated,
+		r->kv_bytes, r->peak_rss, bw / 1e9);
+	if (r->n_gen && bw > 0)
+		fprintf(f, ", \"bytes_per_token\": %.0f, \"limit_ts\": %.3f, \"frac_of_limit\": %.4f", r->bytes_per_token,
+			r->limit_ts, r->frac);
+	fprintf(f, "}\n");
+}
+
+int cli_bench(int argc, char **argv)
+{
+	struct bench_opts o;
+	struct tkv_model *m = NULL;
+	struct tkv_engine *e = NULL;
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_engine_params ep = tkv_engine_default_params();
+	struct tkv_error err = { 0 };
+	struct bench_result *res = NULL;
+	int n_res = 0, rc = CLI_ERR, st;
+	int32_t *ids = NULL;
+	float *logits = NULL;
+	FILE *jf = NULL;
+	long max_depth = 0, max_len;
+	double bw = 0.0;
+	uint64_t wbytes, fbytes;
+	char type_name[32], b1[32], b2[32];
+
+	st = bench_parse(argc, argv, &o);
+	if (st == -1)
+		return CLI_OK;
+	if (st)
+		return st;
+	if (!o.threads)
+		o.threads = tpool_default_threads();
+	for (int i = 0; i < o.n_depths; i++)
+		if (o.depths[i] > max_depth)
+			max_depth = o.depths[i];
+	max_len = max_depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen);
+
+	/* before the model and its threads exist: the child forks a quiet process */
+	if (!o.no_bw)
+		bw = bench_bandwidth((int)o.threads);
+	if (o.json_path && !(jf = fopen(o.json_path, "w"))) {
+		fprintf(stderr, "tierkv bench: cannot create %s: %s\n", o.json_path, strerror(errno));
+		return CLI_ERR;
+	}
+	if ((st = tkv_model_load(&m, o.model, &mp, &err)))
+		goto fail;
+	ep.n_threads = (int)o.threads;
+	ep.n_batch = (uint32_t)o.batch;
+	ep.n_ctx = (uint32_t)max_len;
+	ep.kv_mem = 0;
+	ep.kv_type = o.kv_type;
+	if ((st = tkv_engine_init(&e, m, &ep, &err)))
+		goto fail;
+	ids = malloc((size_t)(max_depth > o.n_prompt ? max_depth : o.n_prompt) * sizeof *ids + sizeof *ids);
+	logits = malloc((size_t)m->info.n_vocab * sizeof *logits);
+	res = calloc((size_t)o.n_depths * 2, sizeof *res);
+	if (!ids || !logits || !res) {
+		fprintf(stderr, "tierkv bench: out of memory\n");
+		goto out;
+	}
+	wbytes = bench_weight_bytes(m);
+	fbytes = bench_file_weight_bytes(m);
+	snprintf(type_name, sizeof type_name, "%s", tkv_dtype_name(m->info.weight_type));
+	fprintf(stderr, "tierkv bench: %s (%s, %s), %ld threads, kernels %s, memory bandwidth %.2f GB/s, "
+		"%.1f MB of weights read per token\n", o.model, type_name, cli_fmt_bytes(b1, sizeof b1, (double)fbytes),
+		o.threads, ops_kernel_name(), bw / 1e9, wbytes / 1e6);
+
+	for (int di = 0; di < o.n_depths; di++) {
+		long d = o.depths[di];
+
+		for (int kind = 0; kind < 2; kind++) {
+			long np = kind == 0 ? o.n_prompt : 0, ng = kind == 1 ? o.n_gen : 0;
+			struct bench_result *r = &res[n_res];
+
+			if (!np && !ng)
+				continue;
+			if ((st = bench_test(e, m, &o, d, np, ng, ids, logits, r, &err)))
+				goto fail;
+			if (ng && bw > 0) {
+				size_t kv_tok = tkv_model_kv_bytes_per_token(m) * (o.kv_type == TKV_KV_F32 ? 2 : 1);
+
+				r->bytes_per_token = (double)wbytes + (double)kv_tok * ((double)d + (double)(ng - 1) / 2.0);
+				r->limit_ts = bw / r->bytes_per_token;
+				r->frac = r->mean / r->limit_ts;
+			}
+			fprintf(stderr, "tierkv bench: %s: %.2f ± %.2f t/s\n", r->test, r->mean, r->sd);
+			if (o.json_stdout)
+				bench_json(stdout, &m->info, &o, type_name, fbytes, bw, r);
+			if (jf)
+				bench_json(jf, &m->info, &o, type_name, fbytes, bw, r);
+			n_res++;
+		}
+	}
+
+	if (!o.json_stdout) {
+		printf("| model | size | params | kernels | threads | test | t/s | limit t/s | of limit | KV | peak RSS |\n");
+		printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+		for (int i = 0; i < n_res; i++) {
+			const struct bench_result *r = &res[i];
+			char lim[32] = "", frac[32] = "", kv[32], rss[32];
+
+			if (r->limit_ts > 0) {
+				snprintf(lim, sizeof lim, "%.2f", r->limit_ts);
+				snprintf(frac, sizeof frac, "%.0f%%", 100.0 * r->frac);
+			}
+			printf("| llama %s %s | %s | %.2f B | %s | %ld | %s | %.2f ± %.2f | %s | %s | %s | %s |\n",
+			       m->info.name[0] ? m->info.name : "?", type_name, cli_fmt_bytes(b2, sizeof b2, (double)fbytes),
+			       m->info.n_params / 1e9, ops_kernel_name(), o.threads, r->test, r->mean, r->sd, lim, frac,
+			       cli_fmt_bytes(kv, sizeof kv, (double)r->kv_allocated),
+			       cli_fmt_bytes(rss, sizeof rss, (double)r->peak_rss));
+		}
+		if (bw > 0)
+			printf("\nmemory bandwidth %.2f GB/s (%ld threads); decode limit = bandwidth / (%.1f MB of weights "
+			       "+ KV at the run's mean depth)\n", bw / 1e9, o.threads, wbytes / 1e6);
+	}
+	rc = CLI_OK;
+	goto out;
+
+fail:
+	fprintf(stderr, "tierkv bench: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
+out:
+	if (jf)
+		fclose(jf);
+	free(res);
+	free(ids);
+	free(logits);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+	return rc;
+}

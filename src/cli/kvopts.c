@@ -1,0 +1,166 @@
+/* kvopts.c - the KV cache options shared by run, eval, bench and serve. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+void cli_kv_help(void)
+{
+	printf("KV cache:\n"
+	       "      --kv-mem SIZE      KV memory budget for all sequences, e.g. 64M, 1G; 0 = unlimited (256M)\n"
+	       "      --kv-policy NAME   full, window, h2o, snapkv, tova, attn-threshold, semantic,\n"
+	       "                         streaming, kivi, tiered, adaptive (default tiered)\n"
+	       "      --kv-preset NAME   quality | balanced | memory (hot ratio 0.4 / 0.3 / 0.2)\n"
+	       "      --kv-budget SIZE   K+V bytes one sequence may hold (default: no per-sequence cap)\n"
+	       "      --kv-hot R         share of kept tokens stored hot, f16 (0.3)\n"
+	       "      --kv-warm R        share stored warm (0.4); the rest is cold\n"
+	       "      --kv-warm-fmt F    warm format: q8 | q4 (q8)\n"
+	       "      --kv-cold-fmt F    cold format: q4 | q2 (q4)\n"
+	       "      --kv-sinks N       first tokens always kept (4)\n"
+	       "      --kv-window N      recent tokens always kept hot (32)\n"
+	       "      --kv-completion on|off  merge evicted values into similar kept tokens (off)\n"
+	       "      --kv-rotate on|off      rotate heads before low-bit quantization (off)\n"
+	       "      --kv-cold-skip on|off   skip cold pages that cannot matter to a query (on)\n"
+	       "      --kv-threshold X   attn-threshold: evict below X x mean attention (0.1)\n"
+	       "      --kv-decay X       per-step decay of accumulated attention (1 = none)\n"
+	       "      --kv-type T        full-precision storage: f16 or f32 (f16)\n"
+	       "      --kv-page N        token slots per KV page (16)\n"
+	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
+}
+
+static int on_off(struct cli_args *a, const char *opt, int *out)
+{
+	const char *v = cli_value(a, opt);
+
+	if (!v)
+		return CLI_USAGE;
+	if (!strcmp(v, "on") || !strcmp(v, "1") || !strcmp(v, "true"))
+		*out = 1;
+	else if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false"))
+		*out = 0;
+	else
+		return cli_usage_error(a, "%s: '%s' is not on or off", opt, v);
+	return 0;
+}
+
+static int fmt_opt(struct cli_args *a, const char *opt, int allow_q8, enum tkv_kv_fmt *out)
+{
+	const char *v = cli_value(a, opt);
+	int f;
+
+	if (!v)
+		return CLI_USAGE;
+	f = tkv_kv_fmt_parse(v);
+	if (f != TKV_FMT_Q4 && f != TKV_FMT_Q2 && !(allow_q8 && f == TKV_FMT_Q8))
+		return cli_usage_error(a, "%s: '%s' is not one of %s", opt, v, allow_q8 ? "q8, q4" : "q4, q2");
+	*out = (enum tkv_kv_fmt)f;
+	return 0;
+}
+
+int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled)
+{
+	struct tkv_kv_policy_params *p = &ep->kv;
+	const char *s = a->argv[a->i];
+	double d;
+	long x;
+	size_t sz;
+	int rc = 0;
+
+	*handled = 1;
+	if (!strcmp(s, "--kv-mem")) {
+		if (!(rc = cli_size(a, s, &sz)))
+			ep->kv_mem = sz;
+	} else if (!strcmp(s, "--kv-policy")) {
+		const char *v = cli_value(a, s);
+		int pol;
+
+		if (!v)
+			return CLI_USAGE;
+		if ((pol = tkv_policy_parse(v)) < 0)
+			return cli_usage_error(a, "--kv-policy: unknown policy '%s'", v);
+		p->policy = (enum tkv_policy)pol;
+	} else if (!strcmp(s, "--kv-preset")) {
+		const char *v = cli_value(a, s);
+
+		if (!v)
+			return CLI_USAGE;
+		if (tkv_kv_preset(p, v))
+			return cli_usage_error(a, "--kv-preset: '%s' is not quality, balanced or memory", v);
+	} else if (!strcmp(s, "--kv-budget")) {
+		if (!(rc = cli_size(a, s, &sz)))
+			p->seq_budget = sz;
+	} else if (!strcmp(s, "--kv-hot")) {
+		if (!(rc = cli_float(a, s, 0, 1, &d)))
+			p->hot_ratio = (float)d;
+	} else if (!strcmp(s, "--kv-warm")) {
+		if (!(rc = cli_float(a, s, 0, 1, &d)))
+			p->warm_ratio = (float)d;
+	} else if (!strcmp(s, "--kv-warm-fmt")) {
+		rc = fmt_opt(a, s, 1, &p->warm_fmt);
+	} else if (!strcmp(s, "--kv-cold-fmt")) {
+		rc = fmt_opt(a, s, 0, &p->cold_fmt);
+	} else if (!strcmp(s, "--kv-sinks")) {
+		if (!(rc = cli_int(a, s, 0, 1 << 20, &x)))
+			p->n_sink = (uint32_t)x;
+	} else if (!strcmp(s, "--kv-window")) {
+		if (!(rc = cli_int(a, s, 1, 1 << 20, &x)))
+			p->n_window = (uint32_t)x;
+	} else if (!strcmp(s, "--kv-completion")) {
+		rc = on_off(a, s, &p->completion);
+	} else if (!strcmp(s, "--kv-rotate")) {
+		rc = on_off(a, s, &p->rotate);
+	} else if (!strcmp(s, "--kv-cold-skip")) {
+		rc = on_off(a, s, &p->cold_skip);
+	} else if (!strcmp(s, "--kv-threshold")) {
+		if (!(rc = cli_float(a, s, 0, 1000, &d)))
+			p->threshold = (float)d;
+	} else if (!strcmp(s, "--kv-decay")) {
+		if (!(rc = cli_float(a, s, 0.5, 1, &d)))
+			p->decay = (float)d;
+	} else if (!strcmp(s, "--kv-type")) {
+		const char *v = cli_value(a, s);
+
+		if (!v)
+			return CLI_USAGE;
+		if (!strcmp(v, "f16"))
+			ep->kv_type = TKV_KV_F16;
+		else if (!strcmp(v, "f32"))
+			ep->kv_type = TKV_KV_F32;
+		else
+			return cli_usage_error(a, "--kv-type: '%s' is not f16 or f32", v);
+	} else if (!strcmp(s, "--kv-page")) {
+		if (!(rc = cli_int(a, s, 1, 4096, &x)))
+			ep->page_tokens = (uint32_t)x;
+	} else if (!strcmp(s, "--kv-stats")) {
+		if (stats)
+			*stats = 1;
+	} else {
+		*handled = 0;
+	}
+	if (!rc && *handled && p->hot_ratio + p->warm_ratio > 1.0f + 1e-6f)
+		return cli_usage_error(a, "--kv-hot %g + --kv-warm %g exceed 1", p->hot_ratio, p->warm_ratio);
+	return rc;
+}
+
+void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_bytes)
+{
+	static const char *const tier[3] = { "hot", "warm", "cold" };
+	char b1[32], b2[32];
+
+	fprintf(f, "tierkv: KV cache: %s K+V for %zu tokens (a full f16 cache: %s, ratio %.3f)\n",
+		cli_fmt_bytes(b1, sizeof b1, (double)ks->kv_bytes), ks->n_tokens,
+		cli_fmt_bytes(b2, sizeof b2, (double)full_kv_bytes),
+		full_kv_bytes ? (double)ks->kv_bytes / (double)full_kv_bytes : 0.0);
+	for (int t = 0; t < 3; t++)
+		fprintf(f, "tierkv:   %-4s %10zu slots  %s\n", tier[t], ks->tier_tokens[t],
+			cli_fmt_bytes(b1, sizeof b1, (double)ks->tier_bytes[t]));
+	fprintf(f, "tierkv:   pages %zu, allocated %s, fragmentation %.1f%%, peak %s\n", ks->n_pages,
+		cli_fmt_bytes(b1, sizeof b1, (double)ks->allocated),
+		ks->allocated ? 100.0 * (double)(ks->allocated - ks->used) / (double)ks->allocated : 0.0,
+		cli_fmt_bytes(b2, sizeof b2, (double)ks->peak_allocated));
+	fprintf(f, "tierkv:   evicted %llu, demoted %llu, merged %llu, governor runs %llu, "
+		"pages read %llu, cold pages skipped %llu\n",
+		(unsigned long long)ks->evicted, (unsigned long long)ks->demoted,
+		(unsigned long long)ks->merged, (unsigned long long)ks->gov_runs,
+		(unsigned long long)ks->pages_read, (unsigned long long)ks->pages_skipped);
+}

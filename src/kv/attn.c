@@ -1,0 +1,198 @@
+/* attn.c - attention of one query position over a stream of mixed-format pages.
+ *
+ * Pass 1 scores every visible slot (dequantizing keys on the fly) for all the
+ * query heads that share this KV head, so each key is decoded once per group.
+ * Full-precision and warm pages go first; a cold page is then skipped when
+ * its per-channel key bounds prove that no slot in it can come within `skip`
+ * (in logits) of the best score seen, for every head: its softmax weight
+ * would be below e^-skip of the maximum. Pass 2 normalizes and accumulates
+ * values, decoding each value row once. Rotated pages are scored with R q and
+ * their values are summed in the rotated space, then rotated back once. */
+#include <math.h>
+#include <string.h>
+
+#include "kv/seq.h"
+
+#define KV_ATTN_MAX_D 512
+
+static float dot(const float *a, const float *b, uint32_t n)
+{
+	float s = 0.0f;
+
+	for (uint32_t i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+/* Upper bound of q·k over keys within [kmin, kmax] per channel. */
+static float bound(const float *q, const float *kmin, const float *kmax, uint32_t d)
+{
+	float s = 0.0f;
+
+	for (uint32_t c = 0; c < d; c++)
+		s += q[c] >= 0.0f ? q[c] * kmax[c] : q[c] * kmin[c];
+	return s;
+}
+
+/* Scores the slots of one page into logit[h * n + off + j]; updates max[h]. */
+static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
+		       float scale, float *logit, uint32_t n, uint32_t off, float *max)
+{
+	float kbuf[KV_ATTN_MAX_D];
+
+	for (uint32_t j = 0; j < pg->n_used; j++) {
+		const float *k = kbuf;
+
+		if (pg->pos[j] > qpos) {
+			for (uint32_t h = 0; h < nq; h++)
+				logit[(size_t)h * n + off + j] = -INFINITY;
+			continue;
+		}
+		if (pg->fmt == KV_FMT_F32)
+			k = (const float *)pg->k + (size_t)j * d;
+		else
+			kv_tier_load_k(pg->fmt, pg->k, pg->cap, d, j, kbuf);
+		for (uint32_t h = 0; h < nq; h++) {
+			float l = scale * dot(q + (size_t)h * d, k, d);
+
+			logit[(size_t)h * n + off + j] = l;
+			if (l > max[h])
+				max[h] = l;
+		}
+	}
+}
+
+void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
+{
+	uint32_t n = st->n_tokens, nq = a->nq, off;
+	float max[64], sum[64], kmin[KV_ATTN_MAX_D], kmax[KV_ATTN_MAX_D], vbuf[KV_ATTN_MAX_D];
+	int have_rot = 0;
+
+	for (uint32_t h = 0; h < nq; h++)
+		max[h] = -INFINITY;
+	for (uint32_t p = 0; p < st->n_pages; p++)
+		if (st->pages[p]->flags & KV_PAGE_ROT)
+			have_rot = 1;
+	if (have_rot) {
+		memcpy(a->qrot, a->q, (size_t)nq * d * sizeof(float));
+		for (uint32_t h = 0; h < nq; h++)
+			kv_rotate(a->qrot + (size_t)h * d, d);
+		memset(a->orot, 0, (size_t)nq * d * sizeof(float));
+	}
+
+	/* pass 1a: full-precision and warm pages */
+	off = 0;
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+
+		if (kv_fmt_tier(pg->fmt) != KV_TIER_COLD)
+			score_page(pg, d, (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q, nq, a->qpos, a->scale,
+				   a->logit, n, off, max);
+		off += pg->n_used;
+	}
+	/* pass 1b: cold pages, skipped when their bound cannot matter */
+	off = 0;
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+		const float *q = (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q;
+
+		if (kv_fmt_tier(pg->fmt) == KV_TIER_COLD) {
+			int skip = a->skip > 0.0f && pg->n_used > 0;
+
+			if (skip) {
+				kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, d, pg->n_used, kmin, kmax);
+				for (uint32_t h = 0; h < nq && skip; h++)
+					if (!(a->scale * bound(q + (size_t)h * d, kmin, kmax, d) < max[h] - a->skip))
+						skip = 0;
+			}
+			if (skip) {
+				for (uint32_t h = 0; h < nq; h++)
+					for (uint32_t j = 0; j < pg->n_used; j++)
+						a->logit[(size_t)h * n + off + j] = -INFINITY;
+				st->pages_skipped++;
+			} else {
+				score_page(pg, d, q, nq, a->qpos, a->scale, a->logit, n, off, max);
+			}
+		}
+		off += pg->n_used;
+	}
+
+	/* softmax per head */
+	for (uint32_t h = 0; h < nq; h++) {
+		float *l = a->logit + (size_t)h * n;
+
+		sum[h] = 0.0f;
+		for (uint32_t i = 0; i < n; i++) {
+			l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - max[h]);
+			sum[h] += l[i];
+		}
+		if (sum[h] > 0.0f) {
+			float inv = 1.0f / sum[h];
+
+			for (uint32_t i = 0; i < n; i++)
+				l[i] *= inv;
+		}
+		if (a->entropy) {
+			double e = 0.0;
+
+			for (uint32_t i = 0; i < n; i++)
+				if (l[i] > 0.0f)
+					e -= (double)l[i] * log((double)l[i]);
+			*a->entropy += e;
+		}
+	}
+
+	/* pass 2: values */
+	memset(a->out, 0, (size_t)nq * d * sizeof(float));
+	off = 0;
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+		float *o = (pg->flags & KV_PAGE_ROT) ? a->orot : a->out;
+		int any = 0;
+
+		for (uint32_t j = 0; j < pg->n_used; j++) {
+			const float *v = vbuf;
+			int need = 0;
+
+			for (uint32_t h = 0; h < nq; h++)
+				if (a->logit[(size_t)h * n + off + j] > 0.0f)
+					need = 1;
+			if (!need)
+				continue;
+			any = 1;
+			if (pg->fmt == KV_FMT_F32)
+				v = (const float *)pg->v + (size_t)j * d;
+			else
+				kv_tier_load_v(pg->fmt, pg->v, pg->cap, d, j, vbuf);
+			for (uint32_t h = 0; h < nq; h++) {
+				float w = a->logit[(size_t)h * n + off + j];
+				float *oh = o + (size_t)h * d;
+
+				if (w > 0.0f)
+					for (uint32_t c = 0; c < d; c++)
+						oh[c] += w * v[c];
+			}
+		}
+		if (any)
+			st->pages_read++;
+		off += pg->n_used;
+	}
+	if (have_rot) {
+		for (uint32_t h = 0; h < nq; h++) {
+			float *r = a->orot + (size_t)h * d;
+
+			kv_unrotate(r, d);
+			for (uint32_t c = 0; c < d; c++)
+				a->out[(size_t)h * d + c] += r[c];
+		}
+	}
+	if (a->att) {
+		for (uint32_t i = 0; i < n; i++) {
+			float s = 0.0f;
+
+			for (uint32_t h = 0; h < nq; h++)
+				s += a->logit[(size_t)h * n + i];
+			a->att[i] = s;
+		}
+	}
+}

@@ -1,0 +1,746 @@
+/* policy.c - cache policies: scores, budgets and maintenance of streams. */
+#include "kv/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/alloc.h"
+#include "util/status.h"
+
+/* ---- names and params ---------------------------------------------------- */
+
+static const char *const policy_names[TKV_POLICY_COUNT] = {
+	[TKV_POLICY_FULL] = "full",
+	[TKV_POLICY_WINDOW] = "window",
+	[TKV_POLICY_H2O] = "h2o",
+	[TKV_POLICY_SNAPKV] = "snapkv",
+	[TKV_POLICY_TOVA] = "tova",
+	[TKV_POLICY_ATTN_THRESHOLD] = "attn-threshold",
+	[TKV_POLICY_SEMANTIC] = "semantic",
+	[TKV_POLICY_STREAMING] = "streaming",
+	[TKV_POLICY_KIVI] = "kivi",
+	[TKV_POLICY_TIERED] = "tiered",
+	[TKV_POLICY_ADAPTIVE] = "adaptive",
+};
+
+const char *tkv_policy_name(enum tkv_policy p)
+{
+	return (unsigned)p < TKV_POLICY_COUNT ? policy_names[p] : "?";
+}
+
+int tkv_policy_parse(const char *name)
+{
+	for (int i = 0; i < TKV_POLICY_COUNT; i++)
+		if (!strcmp(name, policy_names[i]))
+			return i;
+	return -1;
+}
+
+const char *tkv_kv_fmt_name(enum tkv_kv_fmt f)
+{
+	return kv_fmt_name((uint32_t)f);
+}
+
+int tkv_kv_fmt_parse(const char *name)
+{
+	return kv_fmt_parse(name);
+}
+
+struct tkv_kv_policy_params tkv_kv_policy_default_params(void)
+{
+	struct tkv_kv_policy_params p = {
+		.policy = TKV_POLICY_TIERED,
+		.seq_budget = 0,
+		.hot_ratio = 0.3f,
+		.warm_ratio = 0.4f,
+		.n_sink = 4,
+		.n_window = 32,
+		.warm_fmt = TKV_FMT_Q8,
+		.cold_fmt = TKV_FMT_Q4,
+		.completion = 0,
+		.rotate = 0,
+		.cold_skip = 1,
+		.decay = 1.0f,
+		.threshold = 0.1f,
+		.semantic_weight = 0.1f,
+		.gov_high = 0.8f,
+		.gov_low = 0.7f,
+	};
+	return p;
+}
+
+int tkv_kv_preset(struct tkv_kv_policy_params *p, const char *name)
+{
+	if (!strcmp(name, "quality")) {
+		p->hot_ratio = 0.4f;
+		p->warm_ratio = 0.4f;
+		p->cold_fmt = TKV_FMT_Q4;
+		p->completion = 0;
+	} else if (!strcmp(name, "balanced")) {
+		p->hot_ratio = 0.3f;
+		p->warm_ratio = 0.4f;
+		p->cold_fmt = TKV_FMT_Q4;
+		p->completion = 0;
+	} else if (!strcmp(name, "memory")) {
+		p->hot_ratio = 0.2f;
+		p->warm_ratio = 0.4f;
+		p->cold_fmt = TKV_FMT_Q2;
+		p->completion = 1;
+	} else {
+		return TKV_ERR_ARG;
+	}
+	return TKV_OK;
+}
+
+int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t head_dim,
+		uint32_t group, uint32_t hot_fmt, uint32_t page_tokens, struct tkv_error *err)
+{
+	memset(c, 0, sizeof *c);
+	if ((unsigned)p->policy >= TKV_POLICY_COUNT)
+		return tkv_errf(err, TKV_ERR_ARG, "unknown KV policy %d", (int)p->policy);
+	if (!(p->hot_ratio >= 0 && p->warm_ratio >= 0 && p->hot_ratio + p->warm_ratio <= 1.0f + 1e-6f))
+		return tkv_errf(err, TKV_ERR_ARG, "KV hot ratio %g and warm ratio %g: each in [0, 1], sum at most 1",
+				p->hot_ratio, p->warm_ratio);
+	if (!(p->decay > 0 && p->decay <= 1))
+		return tkv_errf(err, TKV_ERR_ARG, "KV score decay %g: must be in (0, 1]", p->decay);
+	if (!(p->gov_low > 0 && p->gov_low <= p->gov_high && p->gov_high <= 1))
+		return tkv_errf(err, TKV_ERR_ARG, "KV governor thresholds %g/%g: need 0 < low <= high <= 1",
+				p->gov_low, p->gov_high);
+	if (p->warm_fmt != TKV_FMT_Q8 && p->warm_fmt != TKV_FMT_Q4)
+		return tkv_errf(err, TKV_ERR_ARG, "KV warm format %s: must be q8 or q4", kv_fmt_name(p->warm_fmt));
+	if (p->cold_fmt != TKV_FMT_Q4 && p->cold_fmt != TKV_FMT_Q2)
+		return tkv_errf(err, TKV_ERR_ARG, "KV cold format %s: must be q4 or q2", kv_fmt_name(p->cold_fmt));
+	if (!kv_fmt_ok(p->warm_fmt, head_dim) || !kv_fmt_ok(p->cold_fmt, head_dim))
+		return tkv_errf(err, TKV_ERR_ARG, "head size %u cannot be stored as %s/%s",
+				head_dim, kv_fmt_name(p->warm_fmt), kv_fmt_name(p->cold_fmt));
+	if (p->rotate && (head_dim & (head_dim - 1)))
+		return tkv_errf(err, TKV_ERR_ARG, "--kv-rotate needs a power-of-two head size (have %u)", head_dim);
+	if (group == 0 || group > 64)
+		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%u query heads per KV head (at most 64)", group);
+
+	c->policy = p->policy;
+	c->n_sink = p->n_sink;
+	c->n_window = p->n_window ? p->n_window : 1;
+	c->hot_fmt = hot_fmt;
+	c->page_tokens = page_tokens;
+	c->low_cap = page_tokens < 64 ? 64 : page_tokens;
+	c->group = group;
+	c->obs_window = 16;
+	c->completion = p->completion != 0;
+	c->rotate = p->rotate != 0;
+	c->skip = p->cold_skip ? 16.0f : 0.0f;
+	c->decay = p->decay;
+	c->threshold = p->threshold;
+	c->semantic_weight = p->semantic_weight;
+	c->seq_budget = p->seq_budget;
+	c->evicts = true;
+	c->n_tiers = 1;
+	c->tier_frac[0] = 1.0f;
+	c->tier_fmt[0] = hot_fmt;
+	c->score = KV_SCORE_ACC;
+	c->prio = KV_PRIO_MEAN;
+
+	switch (p->policy) {
+	case TKV_POLICY_FULL:
+		c->evicts = false;
+		c->score = KV_SCORE_NONE;
+		break;
+	case TKV_POLICY_WINDOW:
+		c->score = KV_SCORE_NONE;
+		c->prio = KV_PRIO_POS;
+		break;
+	case TKV_POLICY_H2O:
+	case TKV_POLICY_SNAPKV:
+		c->prio = KV_PRIO_ACC;
+		break;
+	case TKV_POLICY_TOVA:
+		c->score = KV_SCORE_LAST;
+		c->prio = KV_PRIO_LAST;
+		break;
+	case TKV_POLICY_ATTN_THRESHOLD:
+	case TKV_POLICY_STREAMING:
+		break;
+	case TKV_POLICY_SEMANTIC:
+		c->score = KV_SCORE_NONE;
+		c->prio = KV_PRIO_SEMANTIC;
+		break;
+	case TKV_POLICY_KIVI:
+		c->tier_fmt[0] = p->cold_fmt;
+		break;
+	case TKV_POLICY_ADAPTIVE:
+		c->adaptive = true;
+		/* fall through */
+	case TKV_POLICY_TIERED:
+		c->prio = KV_PRIO_MEAN_SEM;
+		c->n_tiers = 3;
+		c->tier_frac[0] = p->hot_ratio;
+		c->tier_frac[1] = p->warm_ratio;
+		c->tier_frac[2] = 1.0f - p->hot_ratio - p->warm_ratio;
+		c->tier_fmt[0] = hot_fmt;
+		c->tier_fmt[1] = p->warm_fmt;
+		c->tier_fmt[2] = p->cold_fmt;
+		break;
+	default:
+		break;
+	}
+	return TKV_OK;
+}
+
+/* ---- scores ---------------------------------------------------------------- */
+
+void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float *att)
+{
+	size_t i = 0;
+
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		struct kv_page *pg = st->pages[p];
+
+		if (c->score == KV_SCORE_LAST) {
+			for (uint32_t j = 0; j < pg->n_used; j++)
+				pg->score[j] = att[i++];
+		} else if (c->decay < 1.0f) {
+			for (uint32_t j = 0; j < pg->n_used; j++)
+				pg->score[j] = pg->score[j] * c->decay + att[i++];
+		} else {
+			for (uint32_t j = 0; j < pg->n_used; j++)
+				pg->score[j] += att[i++];
+		}
+	}
+}
+
+/* ---- budgets ---------------------------------------------------------------- */
+
+static double slot_cost(uint32_t fmt, uint32_t cap, uint32_t d)
+{
+	return (double)kv_page_kv_bytes(cap, d, fmt) / cap;
+}
+
+static uint32_t fmt_cap(const struct kv_cfg *c, uint32_t fmt)
+{
+	return fmt == c->hot_fmt ? c->page_tokens : c->low_cap;
+}
+
+void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
+{
+	size_t n = (size_t)s->n_layer * s->n_kv_head;
+	double floor_b = (c->n_sink + c->n_window) * slot_cost(c->hot_fmt, c->page_tokens, s->head_dim);
+	double total = 0.0, *w;
+
+	if (bytes == 0 || !c->adaptive) {
+		for (size_t i = 0; i < n; i++)
+			s->streams[i].budget = bytes / n;
+		return;
+	}
+	w = tkv_malloc(s->alloc, n * sizeof *w);
+	if (!w) { /* no scratch: fall back to an even split */
+		for (size_t i = 0; i < n; i++)
+			s->streams[i].budget = bytes / n;
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_stream *st = &s->streams[i];
+		double span = st->ent_n ? exp(st->ent_sum / (double)st->ent_n / c->group) : 1.0;
+
+		w[i] = span;
+		total += span;
+	}
+	/* proportional shares above the floor each stream needs for its protected slots */
+	{
+		double spare = (double)bytes - floor_b * (double)n;
+
+		if (spare < 0)
+			spare = 0;
+		for (size_t i = 0; i < n; i++)
+			s->streams[i].budget = (size_t)(fmin(floor_b, (double)bytes / n) + spare * w[i] / total);
+	}
+	tkv_free(s->alloc, w);
+}
+
+/* ---- maintenance ------------------------------------------------------------- */
+
+struct cand {
+	float prio;
+	uint32_t page, slot;
+	int32_t pos;
+	uint8_t fmt;      /* current page format */
+	uint8_t target;   /* tier index, or KV_EVICT */
+	uint8_t stay;     /* kept where it is */
+};
+
+#define KV_EVICT 255
+
+static int cmp_prio_desc(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->prio != y->prio)
+		return x->prio > y->prio ? -1 : 1;
+	return x->pos > y->pos ? -1 : x->pos < y->pos; /* newer first on ties */
+}
+
+static int cmp_pos(const void *a, const void *b)
+{
+	const struct cand *x = *(const struct cand *const *)a, *y = *(const struct cand *const *)b;
+
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static float cosine(const float *a, const float *b, uint32_t d)
+{
+	double ab = 0, aa = 0, bb = 0;
+
+	for (uint32_t i = 0; i < d; i++) {
+		ab += (double)a[i] * b[i];
+		aa += (double)a[i] * a[i];
+		bb += (double)b[i] * b[i];
+	}
+	return aa > 0 && bb > 0 ? (float)(ab / sqrt(aa * bb)) : 0.0f;
+}
+
+static float priority(const struct kv_cfg *c, const struct kv_seq *s, const struct kv_stream *st,
+		      const struct kv_page *pg, uint32_t j)
+{
+	float age = (float)(s->n_pos - pg->pos[j]);
+	float kbuf[512];
+
+	if (age < 1.0f)
+		age = 1.0f;
+	switch (c->prio) {
+	case KV_PRIO_POS:
+		return (float)pg->pos[j];
+	case KV_PRIO_ACC:
+	case KV_PRIO_LAST:
+		return pg->score[j];
+	case KV_PRIO_MEAN:
+		return pg->score[j] / age;
+	case KV_PRIO_SEMANTIC:
+		kv_page_load_k(pg, j, kbuf);
+		return cosine(kbuf, st->centroid, s->head_dim);
+	case KV_PRIO_MEAN_SEM:
+		if (c->semantic_weight == 0.0f)
+			return pg->score[j] / age;
+		kv_page_load_k(pg, j, kbuf);
+		return pg->score[j] / age * (1.0f + c->semantic_weight * cosine(kbuf, st->centroid, s->head_dim));
+	}
+	return 0.0f;
+}
+
+/* Bytes the kept unprotected slots cost when the first n ranks are kept. */
+static double kept_cost(const struct kv_cfg *c, const double *cost, uint32_t n)
+{
+	double total = 0.0, cum = 0.0;
+	uint32_t prev = 0;
+
+	for (uint32_t t = 0; t < c->n_tiers; t++) {
+		uint32_t upto;
+
+		cum += c->tier_frac[t];
+		upto = t + 1 == c->n_tiers ? n : (uint32_t)floor(cum * n + 0.5);
+		if (upto > n)
+			upto = n;
+		if (upto > prev)
+			total += (double)(upto - prev) * cost[t];
+		if (upto > prev)
+			prev = upto;
+	}
+	return total;
+}
+
+static uint8_t tier_by_rank(const struct kv_cfg *c, uint32_t r, uint32_t n)
+{
+	double cum = 0.0;
+
+	if (r >= n)
+		return KV_EVICT;
+	for (uint32_t t = 0; t + 1 < c->n_tiers; t++) {
+		cum += c->tier_frac[t];
+		if (r < (uint32_t)floor(cum * n + 0.5))
+			return (uint8_t)t;
+	}
+	return (uint8_t)(c->n_tiers - 1);
+}
+
+/* A slot being moved: its data in model space until it lands in its new page. */
+struct moved {
+	float *k, *v;     /* (d) each */
+	int32_t pos;
+	float score;
+	uint8_t target;
+};
+
+/* Semantic completion: merges evicted slot e's value into the most similar
+ * (key cosine) of its kept neighbours by position, weighted by priority, so
+ * the attention mass e carried still reaches its content. Only neighbours that
+ * stay where they are in a per-slot format can be rewritten in place. */
+static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *e,
+		     struct cand *const *by_pos, uint32_t n_by_pos)
+{
+	uint32_t d = s->head_dim, lo = 0, hi = n_by_pos;
+	float ke[512], ve[512], kb[512], vb[512], best_sim = 0.0f;
+	const struct cand *best = NULL;
+	struct kv_page *pe = st->pages[e->page], *pk;
+	float we, wk, a, b;
+
+	kv_page_load_k(pe, e->slot, ke);
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+
+		if (by_pos[mid]->pos < e->pos)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (uint32_t off = 0; off < 8; off++) {
+		for (int side = 0; side < 2; side++) {
+			int64_t i = side ? (int64_t)lo + off : (int64_t)lo - 1 - (int64_t)off;
+			const struct cand *k;
+			float sim;
+
+			if (i < 0 || i >= (int64_t)n_by_pos)
+				continue;
+			k = by_pos[i];
+			kv_page_load_k(st->pages[k->page], k->slot, kb);
+			sim = cosine(ke, kb, d);
+			if (sim > best_sim) {
+				best_sim = sim;
+				best = k;
+			}
+		}
+	}
+	if (!best)
+		return;
+	pk = st->pages[best->page];
+	kv_page_load_v(pe, e->slot, ve);
+	kv_page_load_k(pk, best->slot, kb);
+	kv_page_load_v(pk, best->slot, vb);
+	we = e->prio > 1e-12f ? e->prio : 1e-12f;
+	wk = best->prio > 1e-12f ? best->prio : 1e-12f;
+	a = wk / (wk + we);
+	b = we / (wk + we);
+	for (uint32_t i = 0; i < d; i++)
+		vb[i] = a * vb[i] + b * ve[i];
+	if (pk->flags & KV_PAGE_ROT) {
+		kv_rotate(kb, d);
+		kv_rotate(vb, d);
+	}
+	kv_tier_store(pk->fmt, pk->k, pk->v, pk->cap, d, best->slot, kb, vb);
+	pk->score[best->slot] += pe->score[e->slot];
+	st->merged++;
+}
+
+/* Writes moved slots of one target format into pages: per-slot formats fill
+ * pages with room first; packed formats re-pack a partial page together with
+ * the new slots, then fill new pages. Slots that cannot get a page (the pool is
+ * at its budget) are dropped and counted as evicted. */
+static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t fmt,
+		struct moved *mv, uint32_t n_mv, float *K, float *V)
+{
+	uint32_t d = s->head_dim, cap = fmt_cap(c, fmt), done = 0;
+	bool rot = c->rotate && fmt != c->hot_fmt;
+	int why;
+
+	if (!kv_fmt_packed(fmt)) {
+		for (uint32_t p = 0; p < st->n_pages && done < n_mv; p++) {
+			struct kv_page *pg = st->pages[p];
+			uint32_t n = pg->n_used;
+
+			if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
+				continue;
+			while (n < pg->cap && done < n_mv) {
+				struct moved *m = &mv[done++];
+
+				if (rot) {
+					kv_rotate(m->k, d);
+					kv_rotate(m->v, d);
+				}
+				kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, n, m->k, m->v);
+				pg->pos[n] = m->pos;
+				pg->score[n] = m->score;
+				n++;
+			}
+			kv_stream_set_used(s, st, pg, n);
+		}
+	} else {
+		/* top up one partial packed page by re-packing it with new slots */
+		for (uint32_t p = 0; p < st->n_pages && done < n_mv; p++) {
+			struct kv_page *pg = st->pages[p];
+			uint32_t n = pg->n_used, add;
+
+			if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
+				continue;
+			add = pg->cap - n < n_mv - done ? pg->cap - n : n_mv - done;
+			for (uint32_t j = 0; j < n; j++) {
+				kv_tier_load_k(fmt, pg->k, pg->cap, d, j, K + (size_t)j * d);
+				kv_tier_load_v(fmt, pg->v, pg->cap, d, j, V + (size_t)j * d);
+			}
+			for (uint32_t j = 0; j < add; j++) {
+				struct moved *m = &mv[done++];
+
+				memcpy(K + (size_t)(n + j) * d, m->k, d * sizeof(float));
+				memcpy(V + (size_t)(n + j) * d, m->v, d * sizeof(float));
+				if (rot) {
+					kv_rotate(K + (size_t)(n + j) * d, d);
+					kv_rotate(V + (size_t)(n + j) * d, d);
+				}
+				pg->pos[n + j] = m->pos;
+				pg->score[n + j] = m->score;
+			}
+			kv_tier_pack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
+			kv_stream_set_used(s, st, pg, n + add);
+			break;
+		}
+	}
+	while (done < n_mv) {
+		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
+		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, cap, &why);
+
+		if (!pg)
+			break;
+		if (kv_stream_add_page(s, st, pg)) {
+			kv_pool_put(s->pool, pg);
+			why = TKV_ERR_NOMEM;
+			break;
+		}
+		if (rot)
+			pg->flags |= KV_PAGE_ROT;
+		for (uint32_t j = 0; j < n; j++) {
+			struct moved *m = &mv[done + j];
+
+			if (rot) {
+				kv_rotate(m->k, d);
+				kv_rotate(m->v, d);
+			}
+			pg->pos[j] = m->pos;
+			pg->score[j] = m->score;
+			if (!kv_fmt_packed(fmt))
+				kv_tier_store(fmt, pg->k, pg->v, cap, d, j, m->k, m->v);
+			else {
+				memcpy(K + (size_t)j * d, m->k, d * sizeof(float));
+				memcpy(V + (size_t)j * d, m->v, d * sizeof(float));
+			}
+		}
+		if (kv_fmt_packed(fmt))
+			kv_tier_pack(fmt, pg->k, pg->v, cap, d, K, V, n);
+		kv_stream_set_used(s, st, pg, n);
+		done += n;
+	}
+	if (done < n_mv) {
+		st->evicted += n_mv - done;
+		st->demoted -= n_mv - done;
+		return why == TKV_ERR_NOMEM ? TKV_ERR_NOMEM : TKV_OK;
+	}
+	return TKV_OK;
+}
+
+/* One round: rank, choose tiers for a target of `target` K+V bytes, apply. */
+static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, double target)
+{
+	uint32_t d = s->head_dim, n_cand = 0, n_keep, n_prot = 0, n_mv = 0, n_by_pos = 0;
+	double prot_bytes = 0.0, cost[KV_MAX_TIERS], room;
+	struct cand *cand = NULL, **by_pos = NULL;
+	struct moved *mv = NULL;
+	float *buf = NULL, *K = NULL, *V = NULL;
+	uint32_t *rm = NULL;
+	uint32_t n_tok = st->n_tokens, lo, hi;
+	int st_ = TKV_OK;
+
+	if (n_tok == 0)
+		return TKV_OK;
+	cand = tkv_malloc(s->alloc, (size_t)n_tok * sizeof *cand);
+	by_pos = tkv_malloc(s->alloc, (size_t)n_tok * sizeof *by_pos);
+	if (!cand || !by_pos) {
+		st_ = TKV_ERR_NOMEM;
+		goto out;
+	}
+	for (uint32_t t = 0; t < c->n_tiers; t++)
+		cost[t] = slot_cost(c->tier_fmt[t], fmt_cap(c, c->tier_fmt[t]), d);
+
+	/* candidates: every slot outside the sinks and the recent window */
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+
+		for (uint32_t j = 0; j < pg->n_used; j++) {
+			int32_t pos = pg->pos[j];
+
+			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)c->n_window) {
+				prot_bytes += slot_cost(pg->fmt, pg->cap, d);
+				n_prot++;
+				continue;
+			}
+			cand[n_cand].prio = priority(c, s, st, pg, j);
+			cand[n_cand].page = p;
+			cand[n_cand].slot = j;
+			cand[n_cand].pos = pos;
+			cand[n_cand].fmt = pg->fmt;
+			n_cand++;
+		}
+	}
+	if (n_cand == 0)
+		goto out;
+	qsort(cand, n_cand, sizeof *cand, cmp_prio_desc);
+
+	/* attn-threshold: slots under threshold x their fair share go regardless */
+	lo = 0;
+	hi = n_cand;
+	if (c->policy == TKV_POLICY_ATTN_THRESHOLD) {
+		float fair = (float)c->group / (float)n_tok;
+
+		while (hi > 0 && cand[hi - 1].prio < c->threshold * fair)
+			hi--;
+	}
+	/* the most slots the budget pays for at their tiers' costs */
+	room = target - prot_bytes;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (kept_cost(c, cost, mid) <= room)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	n_keep = lo;
+
+	for (uint32_t r = 0; r < n_cand; r++) {
+		uint8_t t = tier_by_rank(c, r, n_keep);
+
+		/* formats are numbered from most to least precise; a slot already
+		 * stored at or below its tier's precision stays: never promote */
+		cand[r].target = t;
+		cand[r].stay = t != KV_EVICT && c->tier_fmt[t] <= cand[r].fmt;
+		if (t != KV_EVICT && !cand[r].stay)
+			n_mv++;
+	}
+
+	/* semantic completion before anything moves: merge into staying neighbours */
+	if (c->completion) {
+		for (uint32_t r = 0; r < n_cand; r++) {
+			const struct kv_page *pg = st->pages[cand[r].page];
+
+			if (cand[r].stay && !kv_fmt_packed(pg->fmt))
+				by_pos[n_by_pos++] = &cand[r];
+		}
+		qsort(by_pos, n_by_pos, sizeof *by_pos, cmp_pos);
+		for (uint32_t r = n_keep; r < n_cand; r++)
+			if (cand[r].target == KV_EVICT)
+				complete(s, st, &cand[r], by_pos, n_by_pos);
+	}
+
+	/* lift the moving slots out, in model space */
+	if (n_mv) {
+		uint32_t cap_max = c->low_cap > c->page_tokens ? c->low_cap : c->page_tokens;
+
+		mv = tkv_malloc(s->alloc, (size_t)n_mv * sizeof *mv);
+		buf = tkv_malloc(s->alloc, (size_t)n_mv * 2 * d * sizeof(float));
+		K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+		V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+		if (!mv || !buf || !K || !V) {
+			st_ = TKV_ERR_NOMEM;
+			goto out;
+		}
+		n_mv = 0;
+		for (uint32_t r = 0; r < n_cand; r++) {
+			const struct kv_page *pg = st->pages[cand[r].page];
+			struct moved *m;
+
+			if (cand[r].target == KV_EVICT || cand[r].stay)
+				continue;
+			m = &mv[n_mv];
+			m->k = buf + (size_t)n_mv * 2 * d;
+			m->v = m->k + d;
+			kv_page_load_k(pg, cand[r].slot, m->k);
+			kv_page_load_v(pg, cand[r].slot, m->v);
+			m->pos = cand[r].pos;
+			m->score = pg->score[cand[r].slot];
+			m->target = cand[r].target;
+			n_mv++;
+		}
+	}
+
+	/* remove moved and evicted slots, page by page from the highest slot down */
+	rm = tkv_malloc(s->alloc, (size_t)(n_cand ? n_cand : 1) * sizeof *rm);
+	if (!rm) {
+		st_ = TKV_ERR_NOMEM;
+		goto out;
+	}
+	{
+		uint32_t n_rm = 0;
+
+		for (uint32_t r = 0; r < n_cand; r++) {
+			if (cand[r].stay)
+				continue;
+			if (cand[r].target == KV_EVICT)
+				st->evicted++;
+			else
+				st->demoted++;
+			rm[n_rm++] = r;
+		}
+		/* order (page asc, slot desc) so each removal leaves the others valid */
+		for (uint32_t i = 1; i < n_rm; i++) {
+			uint32_t x = rm[i], j = i;
+
+			while (j > 0 && (cand[rm[j - 1]].page > cand[x].page ||
+					 (cand[rm[j - 1]].page == cand[x].page && cand[rm[j - 1]].slot < cand[x].slot))) {
+				rm[j] = rm[j - 1];
+				j--;
+			}
+			rm[j] = x;
+		}
+		for (uint32_t i = 0; i < n_rm; i++)
+			kv_stream_remove_slot(s, st, cand[rm[i]].page, cand[rm[i]].slot);
+	}
+	/* land the moved slots in their new tiers, then free empty pages */
+	for (uint32_t t = 0; t < c->n_tiers && st_ == TKV_OK; t++) {
+		uint32_t n = 0;
+
+		for (uint32_t i = 0; i < n_mv; i++)
+			if (mv[i].target == t) {
+				struct moved tmp = mv[n];
+
+				mv[n] = mv[i];
+				mv[i] = tmp;
+				n++;
+			}
+		if (n)
+			st_ = land(c, s, st, c->tier_fmt[t], mv, n, K, V);
+		/* the rest move on: shift the landed ones out */
+		memmove(mv, mv + n, (size_t)(n_mv - n) * sizeof *mv);
+		n_mv -= n;
+	}
+	kv_stream_drop_empty(s, st);
+out:
+	tkv_free(s->alloc, rm);
+	tkv_free(s->alloc, V);
+	tkv_free(s->alloc, K);
+	tkv_free(s->alloc, buf);
+	tkv_free(s->alloc, mv);
+	tkv_free(s->alloc, by_pos);
+	tkv_free(s->alloc, cand);
+	(void)n_prot;
+	return st_;
+}
+
+int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st)
+{
+	double slack, target;
+	int rc = TKV_OK;
+
+	if (!c->evicts || st->budget == 0 || st->kv_bytes <= st->budget)
+		return TKV_OK;
+	/* aim a page below the budget so the next tokens fit without another round */
+	slack = (double)kv_page_kv_bytes(c->page_tokens, s->head_dim, c->hot_fmt);
+	if (slack > st->budget / 4.0)
+		slack = st->budget / 4.0;
+	target = (double)st->budget - slack;
+	for (int round = 0; round < 4 && st->kv_bytes > st->budget && rc == TKV_OK; round++) {
+		size_t before = st->kv_bytes;
+
+		rc = maintain_round(c, s, st, target);
+		/* partial pages cost more than their slots: tighten by the overshoot */
+		if (st->kv_bytes > st->budget)
+			target -= (double)(st->kv_bytes - st->budget);
+		if (st->kv_bytes >= before && round > 0)
+			break;
+	}
+	return rc;
+}

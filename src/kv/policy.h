@@ -1,0 +1,76 @@
+/* policy.h - who is hot, warm, cold or evicted, stream by stream.
+ *
+ * Every policy is the same machine with different knobs (struct kv_cfg):
+ *  - a score per slot, updated from the attention each query gives it
+ *    (accumulated, last query only, or not at all);
+ *  - a priority per slot at maintenance time, from that score, the slot's age
+ *    and, for the semantic ones, its key's similarity to the stream's centroid;
+ *  - a list of tiers with their shares of the kept slots (tiered: 30% hot f16,
+ *    40% warm q8, 30% cold q4) - single-tier policies keep everything hot;
+ *  - protected slots: the first n_sink positions and the last n_window.
+ * Maintenance runs when a stream holds more K+V bytes than its budget: it ranks
+ * the unprotected slots, keeps as many as the budget pays for at their tiers'
+ * costs, moves slots whose tier changed (never up: a quantized slot is not
+ * promoted) and evicts the rest, optionally merging each evicted value into
+ * its most similar kept neighbour (semantic completion). */
+#ifndef TKV_KV_POLICY_H
+#define TKV_KV_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/seq.h"
+#include "tierkv.h"
+
+enum kv_score_mode { KV_SCORE_NONE = 0, KV_SCORE_ACC, KV_SCORE_LAST };
+
+enum kv_prio {
+	KV_PRIO_POS = 0,     /* recency (window) */
+	KV_PRIO_ACC,         /* accumulated attention (h2o, snapkv) */
+	KV_PRIO_LAST,        /* last query's attention (tova) */
+	KV_PRIO_MEAN,        /* attention per query since the slot arrived */
+	KV_PRIO_SEMANTIC,    /* cosine of the key to the stream's centroid */
+	KV_PRIO_MEAN_SEM,    /* mean attention x (1 + w * cosine) (tiered) */
+};
+
+#define KV_MAX_TIERS 3
+
+struct kv_cfg {
+	enum tkv_policy policy;
+	enum kv_score_mode score;
+	enum kv_prio prio;
+	uint32_t n_sink, n_window;
+	uint32_t n_tiers;
+	float tier_frac[KV_MAX_TIERS];    /* shares of the kept unprotected slots */
+	uint32_t tier_fmt[KV_MAX_TIERS];  /* their formats, most precise first */
+	uint32_t hot_fmt;                 /* the pool's full-precision format */
+	uint32_t page_tokens;             /* slots of full-precision pages */
+	uint32_t low_cap;                 /* slots of warm and cold pages */
+	uint32_t group;                   /* query heads per KV head */
+	uint32_t obs_window;              /* snapkv: last queries of a prefill chunk that vote */
+	bool completion, rotate, adaptive, evicts;
+	float skip;                       /* cold-page skip margin in logits, 0 = off */
+	float decay, threshold, semantic_weight;
+	size_t seq_budget;                /* default per-sequence K+V budget */
+};
+
+/* Resolves public params for a model's head_dim and group size. TKV_ERR_ARG
+ * with a message for inconsistent params (ratios, formats the head size cannot
+ * store, rotation on a head size that is not a power of two). */
+int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t head_dim,
+		uint32_t group, uint32_t hot_fmt, uint32_t page_tokens, struct tkv_error *err);
+
+/* Updates the scores of a stream's slots from one query's attention (att: per
+ * slot in page order, summed over the group's heads). */
+void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float *att);
+
+/* Splits a sequence's K+V budget over its streams: evenly, or (adaptive) in
+ * proportion to each stream's effective attention span exp(mean entropy),
+ * never below what its protected slots need. bytes 0 clears the budgets. */
+void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes);
+
+/* Brings one stream within its budget. TKV_OK also when nothing was to do;
+ * TKV_ERR_NOMEM if scratch could not be had (the stream is unchanged). */
+int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st);
+
+#endif
