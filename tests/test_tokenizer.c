@@ -228,7 +228,7 @@ static void test_stories_once_upon(void **state)
 {
 	const char *path = tu_model_path("stories260K.gguf");
 	static const char *const pieces[] = {
-		"\xe2\x96\x81Once", "\xe2\x96\x81upon", "\xe2\x96\x81" "a", "\xe2\x96\x81time",
+		"\xe2\x96\x81Once", "\xe2\x96\x81upon", "\xe2\x96\x81\x61", "\xe2\x96\x81time",
 	};
 	struct vocab_fix v;
 	int32_t *ids;
@@ -243,6 +243,10 @@ static void test_stories_once_upon(void **state)
 	assert_int_equal(tok_bos(v.t), 1);
 	assert_int_equal(tok_eos(v.t), 2);
 	assert_true(tok_add_bos(v.t));
+	assert_true(tok_add_space_prefix(v.t));
+	assert_true(tok_is_control(v.t, 1));
+	assert_true(tok_is_control(v.t, 0)); /* <unk> */
+	assert_false(tok_is_control(v.t, 403));
 	assert_true(tok_is_eog(v.t, 2));
 	assert_false(tok_is_eog(v.t, 1));
 
@@ -570,6 +574,62 @@ static void test_stream_utf8(void **state)
 	free_vocab(&v);
 }
 
+/* ---- the GPT-2 pre-tokenizer ------------------------------------------------ */
+
+/* No fixture uses it, so the Qwen2 vocab is loaded with tokenizer.ggml.pre
+ * patched from "qwen2" to "gpt-2" (same length). Expected ids come from the
+ * GPT-2 regex run by a regex engine over the same vocabulary. */
+static void test_gpt2_pretokenizer(void **state)
+{
+	static const char key[] = "tokenizer.ggml.pre\x08\0\0\0\x05\0\0\0\0\0\0\0qwen2";
+	static const struct {
+		const char *text;
+		int32_t ids[9];
+		size_t n;
+	} cases[] = {
+		{ "YOU'RE it's", { 56389, 6, 787, 432, 594 }, 5 },   /* contractions: lower case only */
+		{ "I'm   here\n\n  ok", { 40, 2776, 256, 1588, 271, 220, 5394 }, 7 },
+		{ "a  \t b!!  ?", { 64, 19271, 293, 2928, 220, 937 }, 6 },
+		{ "\xc2\xa0x 12.5\xe2\x80\x83", { 4102, 87, 220, 16, 17, 13, 20, 378, 225 }, 9 },
+	};
+	struct gguf_file *g = NULL;
+	struct tok *t = NULL;
+	struct tkv_error err;
+	size_t len, k, i;
+	char *buf, *p;
+
+	(void)state;
+	buf = tu_read_file(tu_vocab_path("ggml-vocab-qwen2.gguf"), &len);
+	assert_non_null(buf);
+	for (p = buf; p + sizeof(key) - 1 <= buf + len; p++)
+		if (memcmp(p, key, sizeof(key) - 1) == 0)
+			break;
+	assert_true(p + sizeof(key) - 1 <= buf + len);
+	memcpy(p + sizeof(key) - 6, "gpt-2", 5);
+	assert_int_equal(gguf_open_buffer(&g, buf, len, "gpt2.gguf", NULL, &err), TKV_OK);
+	assert_int_equal(tok_init(&t, g, NULL, &err), TKV_OK);
+	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int32_t *ids;
+		size_t n = encode(t, cases[k].text, strlen(cases[k].text), false, false, &ids);
+		bool ok = n == cases[k].n;
+
+		for (i = 0; ok && i < n; i++)
+			ok = ids[i] == cases[k].ids[i];
+		if (!ok) {
+			printf("# MISMATCH gpt-2 \"");
+			print_escaped(cases[k].text, strlen(cases[k].text));
+			printf("\"\n");
+			print_ids("expected", cases[k].ids, cases[k].n);
+			print_ids("got     ", ids, n);
+		}
+		free(ids);
+		assert_true(ok);
+	}
+	tok_free(t);
+	gguf_close(g);
+	free(buf);
+}
+
 /* ---- allocation failures ------------------------------------------------------- */
 
 static void test_alloc_fail_init(void **state)
@@ -805,6 +865,7 @@ int main(void)
 		cmocka_unit_test(test_special_tokens),
 		cmocka_unit_test(test_odd_bytes),
 		cmocka_unit_test(test_stream_utf8),
+		cmocka_unit_test(test_gpt2_pretokenizer),
 		cmocka_unit_test(test_alloc_fail_init),
 		cmocka_unit_test(test_alloc_fail_encode),
 		cmocka_unit_test(test_bad_metadata),
