@@ -207,6 +207,23 @@ void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes);
 int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logits, int all_logits,
 		   struct tkv_error *err);
 
+/* One sequence's share of a batch step. */
+struct tkv_batch_item {
+	struct tkv_seq *seq;
+	const int32_t *ids;   /* tokens to append (borrowed) */
+	size_t n;
+	float *logits;        /* n_vocab floats for the last token, or NULL */
+	int status;           /* out: TKV_OK or this item's error */
+};
+
+/* Advances several sequences together (continuous batching): every forward
+ * pass takes up to n_batch rows from all unfinished items, so one sequence's
+ * prompt and the others' next tokens share the weight reads. A sequence that
+ * fails (context full, budget) gets its status and drops out; the others go on.
+ * Returns TKV_OK when every item succeeded, else the first error (in err). */
+int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n_items,
+		    struct tkv_error *err);
+
 /* ---- text ---------------------------------------------------------------- */
 /* Encodes text (len bytes) with the model's tokenizer. Writes up to n_max ids;
  * *n_out gets the count needed (TKV_ERR_ARG when n_max is too small). */

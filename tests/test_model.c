@@ -157,6 +157,7 @@ static void test_kv_budget(void **state)
 	(void)state;
 	p.kv_mem = 40000;
 	p.page_tokens = 4;
+	p.kv.policy = TKV_POLICY_FULL; /* the reference cache never evicts: it must stop */
 	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
 	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
 	for (;;) {
@@ -207,6 +208,72 @@ static void test_on_demand(void **state)
 	assert_int_equal(ks.kv_bytes, 640 * (1 + N_PROMPT));
 	assert_true(ks.allocated >= ks.used);
 	tkv_seq_free(s);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
+/* A batch step over several sequences gives each the logits it gets alone. */
+static void test_batch_step(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_engine_params p = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s[3] = { 0 }, *solo = NULL;
+	struct tkv_error err = { 0 };
+	struct tkv_batch_item it[3];
+	float lg[3][512], ref[512];
+	int32_t next[3];
+	size_t lens[3] = { 5, 16, 1 };
+
+	(void)state;
+	p.n_batch = 8; /* smaller than the prompts together: several forwards per step */
+	p.kv.policy = TKV_POLICY_FULL;
+	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(tkv_seq_init(&s[i], e, &err), TKV_OK);
+		it[i] = (struct tkv_batch_item){ s[i], prompt_ids, lens[i], lg[i], 0 };
+	}
+	assert_int_equal(tkv_engine_step(e, it, 3, &err), TKV_OK);
+	for (int step = 0; step < 4; step++) {
+		for (int i = 0; i < 3; i++) {
+			int best = 0;
+
+			for (int v = 1; v < 512; v++)
+				if (lg[i][v] > lg[i][best])
+					best = v;
+			next[i] = best;
+			it[i] = (struct tkv_batch_item){ s[i], &next[i], 1, lg[i], 0 };
+		}
+		assert_int_equal(tkv_engine_step(e, it, 3, &err), TKV_OK);
+	}
+	/* the same sequence alone: prompt of 16, then the 4 tokens seq 1 chose */
+	assert_int_equal(tkv_seq_init(&solo, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(solo, prompt_ids, 16, ref, 0, &err), TKV_OK);
+	for (int step = 0; step < 4; step++) {
+		int best = 0;
+
+		for (int v = 1; v < 512; v++)
+			if (ref[v] > ref[best])
+				best = v;
+		assert_int_equal(tkv_seq_decode(solo, (int32_t[]){ best }, 1, ref, 0, &err), TKV_OK);
+	}
+	for (int v = 0; v < 512; v++)
+		assert_true(fabsf(ref[v] - lg[1][v]) < TOL_CHUNK_LOGIT);
+	assert_int_equal(tkv_seq_n_past(s[1]), 20);
+	/* a failing item does not stop the others */
+	{
+		int32_t bad = 9999;
+
+		it[0] = (struct tkv_batch_item){ s[0], &bad, 1, lg[0], 0 };
+		it[1] = (struct tkv_batch_item){ s[1], &next[1], 1, lg[1], 0 };
+		assert_int_equal(tkv_engine_step(e, it, 2, &err), TKV_ERR_ARG);
+		assert_int_equal(it[0].status, TKV_ERR_ARG);
+		assert_int_equal(it[1].status, TKV_OK);
+		assert_int_equal(tkv_seq_n_past(s[1]), 21);
+	}
+	tkv_seq_free(solo);
+	for (int i = 0; i < 3; i++)
+		tkv_seq_free(s[i]);
 	tkv_engine_free(e);
 	tkv_model_free(m);
 }
@@ -328,6 +395,7 @@ int main(void)
 		cmocka_unit_test(test_bad_tokens_and_context),
 		cmocka_unit_test(test_kv_budget),
 		cmocka_unit_test(test_on_demand),
+		cmocka_unit_test(test_batch_step),
 		cmocka_unit_test(test_bad_metadata),
 		cmocka_unit_test(test_alloc_failures),
 	};

@@ -24,6 +24,7 @@ struct tkv_engine {
 	struct kv_pool *pool;
 	struct tpool *tp;
 	struct llama_scratch scratch;
+	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
 	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
 	uint32_t n_seqs;
 	uint64_t gov_runs;
@@ -98,6 +99,11 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 	if ((st = llama_scratch_init(&e->scratch, m, e->params.n_batch, e->params.n_ctx,
 				     (uint32_t)e->params.n_threads, e->alloc, err)))
 		goto out_free;
+	e->logits = tkv_malloc(e->alloc, (size_t)e->params.n_batch * m->info.n_vocab * sizeof(float));
+	if (!e->logits) {
+		st = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for batch logits");
+		goto out_free;
+	}
 	*out = e;
 	return TKV_OK;
 
@@ -110,6 +116,7 @@ void tkv_engine_free(struct tkv_engine *e)
 {
 	if (!e)
 		return;
+	tkv_free(e->alloc, e->logits);
 	llama_scratch_free(&e->scratch, e->alloc);
 	tpool_free(e->tp);
 	kv_pool_free(e->pool);
@@ -324,14 +331,19 @@ static int govern(struct tkv_engine *e, size_t need)
 	return TKV_OK;
 }
 
-int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logits, int all_logits,
-		   struct tkv_error *err)
+/* Bytes of new pages a sequence may need for c more tokens (an upper bound). */
+static size_t need_bytes(const struct tkv_engine *e, uint32_t c)
 {
-	struct tkv_engine *e = s->e;
 	const struct tkv_model_info *in = &e->model->info;
-	uint32_t n_vocab = in->n_vocab;
-	size_t done = 0;
-	int st;
+
+	return (size_t)in->n_layer * in->n_kv_head * ((c + e->params.page_tokens - 1) / e->params.page_tokens) *
+	       kv_page_bytes(e->params.page_tokens, in->head_dim, kv_pool_fmt(e->pool));
+}
+
+static int check_tokens(const struct tkv_engine *e, const struct tkv_seq *s, const int32_t *ids, size_t n,
+			struct tkv_error *err)
+{
+	uint32_t n_vocab = e->model->info.n_vocab;
 
 	if (n == 0)
 		return tkv_errf(err, TKV_ERR_ARG, "decode: no tokens");
@@ -341,30 +353,166 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 	if (s->n_past + n > e->params.n_ctx)
 		return tkv_errf(err, TKV_ERR_CTX_FULL, "%zu tokens after %u would exceed the context of %u",
 				n, s->n_past, e->params.n_ctx);
+	return TKV_OK;
+}
 
+/* After a forward pass: positions advance, then the policy restores the budget. */
+static int advance(struct tkv_engine *e, struct tkv_seq *s, uint32_t c, struct tkv_error *err)
+{
+	int st;
+
+	s->n_past += c;
+	s->kv->n_pos = (int32_t)s->n_past;
+	if ((st = seq_maintain(e, s)))
+		return tkv_errf(err, st, "out of memory while applying the KV policy");
+	return TKV_OK;
+}
+
+int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logits, int all_logits,
+		   struct tkv_error *err)
+{
+	struct tkv_engine *e = s->e;
+	uint32_t n_vocab = e->model->info.n_vocab;
+	size_t done = 0;
+	int st;
+
+	if ((st = check_tokens(e, s, ids, n, err)))
+		return st;
 	while (done < n) {
 		uint32_t c = (uint32_t)(n - done < e->params.n_batch ? n - done : e->params.n_batch);
 		bool last = done + c == n;
+		struct llama_seg seg = { s->kv, 0, c, (int32_t)s->n_past };
+		uint32_t n_out = 0;
 		float *lg = NULL;
-		size_t need = (size_t)in->n_layer * in->n_kv_head *
-			      ((c + e->params.page_tokens - 1) / e->params.page_tokens) *
-			      kv_page_bytes(e->params.page_tokens, in->head_dim, kv_pool_fmt(e->pool));
 
-		if ((st = govern(e, need)))
+		if ((st = govern(e, need_bytes(e, c))))
 			return tkv_errf(err, st, "out of memory while making room in the KV cache");
 		if ((st = kv_seq_reserve(s->kv, c, err)))
 			return st;
-		if (logits && all_logits)
+		if (logits && all_logits) {
+			for (uint32_t i = 0; i < c; i++)
+				e->scratch.rows[i] = i;
+			n_out = c;
 			lg = logits + done * n_vocab;
-		else if (logits && last)
+		} else if (logits && last) {
+			e->scratch.rows[0] = c - 1;
+			n_out = 1;
 			lg = logits;
-		llama_forward(e->model, &e->scratch, e->tp, s->kv, &e->cfg, ids + done, c, (int32_t)s->n_past, lg,
-			      all_logits != 0);
-		s->n_past += c;
-		s->kv->n_pos = (int32_t)s->n_past;
+		}
+		llama_forward(e->model, &e->scratch, e->tp, &e->cfg, ids + done, &seg, 1, e->scratch.rows, n_out, lg);
 		done += c;
-		if ((st = seq_maintain(e, s)))
-			return tkv_errf(err, st, "out of memory while applying the KV policy");
+		if ((st = advance(e, s, c, err)))
+			return st;
 	}
 	return TKV_OK;
+}
+
+int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n_items, struct tkv_error *err)
+{
+	uint32_t n_vocab = e->model->info.n_vocab, B = e->params.n_batch;
+	size_t *done = NULL;
+	struct llama_seg *segs = NULL;
+	int32_t *ids = NULL;
+	size_t *seg_item = NULL;
+	int first = TKV_OK;
+
+	for (size_t i = 0; i < n_items; i++) {
+		items[i].status = check_tokens(e, items[i].seq, items[i].ids, items[i].n, NULL);
+		if (items[i].status && !first)
+			first = check_tokens(e, items[i].seq, items[i].ids, items[i].n, err);
+	}
+	done = tkv_calloc(e->alloc, n_items ? n_items : 1, sizeof *done);
+	segs = tkv_malloc(e->alloc, B * sizeof *segs);
+	seg_item = tkv_malloc(e->alloc, B * sizeof *seg_item);
+	ids = tkv_malloc(e->alloc, B * sizeof *ids);
+	if (!done || !segs || !seg_item || !ids) {
+		first = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for a batch step");
+		goto out;
+	}
+	for (;;) {
+		uint32_t rows = 0, n_segs = 0, n_out = 0;
+		size_t need = 0;
+		int st;
+
+		/* one forward: every unfinished item contributes its next tokens */
+		for (size_t i = 0; i < n_items && rows < B; i++) {
+			struct tkv_batch_item *it = &items[i];
+			uint32_t c;
+
+			if (it->status || done[i] == it->n)
+				continue;
+			c = (uint32_t)(it->n - done[i] < B - rows ? it->n - done[i] : B - rows);
+			segs[n_segs] = (struct llama_seg){ it->seq->kv, rows, c, (int32_t)it->seq->n_past };
+			seg_item[n_segs++] = i;
+			memcpy(ids + rows, it->ids + done[i], c * sizeof *ids);
+			rows += c;
+			need += need_bytes(e, c);
+		}
+		if (n_segs == 0)
+			break;
+		if ((st = govern(e, need))) {
+			first = first ? first : tkv_errf(err, st, "out of memory while making room in the KV cache");
+			goto out;
+		}
+		/* reserve per sequence; a sequence that cannot get room drops out */
+		for (uint32_t g = 0; g < n_segs; g++) {
+			struct tkv_batch_item *it = &items[seg_item[g]];
+			struct tkv_error e2;
+
+			if ((st = kv_seq_reserve(segs[g].seq, segs[g].n, &e2))) {
+				it->status = st;
+				if (!first) {
+					first = st;
+					if (err)
+						*err = e2;
+				}
+				segs[g].n = 0;
+			}
+		}
+		/* drop refused segments, keeping rows contiguous */
+		{
+			uint32_t w = 0, r = 0;
+
+			for (uint32_t g = 0; g < n_segs; g++) {
+				if (segs[g].n == 0)
+					continue;
+				memmove(ids + r, ids + segs[g].row0, segs[g].n * sizeof *ids);
+				segs[g].row0 = r;
+				r += segs[g].n;
+				segs[w] = segs[g];
+				seg_item[w++] = seg_item[g];
+			}
+			n_segs = w;
+			rows = r;
+		}
+		if (n_segs == 0)
+			continue;
+		for (uint32_t g = 0; g < n_segs; g++) {
+			const struct tkv_batch_item *it = &items[seg_item[g]];
+
+			if (it->logits && done[seg_item[g]] + segs[g].n == it->n)
+				e->scratch.rows[n_out++] = segs[g].row0 + segs[g].n - 1;
+		}
+		llama_forward(e->model, &e->scratch, e->tp, &e->cfg, ids, segs, n_segs, e->scratch.rows, n_out,
+			      e->logits);
+		n_out = 0;
+		for (uint32_t g = 0; g < n_segs; g++) {
+			struct tkv_batch_item *it = &items[seg_item[g]];
+
+			if (it->logits && done[seg_item[g]] + segs[g].n == it->n)
+				memcpy(it->logits, e->logits + (size_t)n_out++ * n_vocab, n_vocab * sizeof(float));
+			done[seg_item[g]] += segs[g].n;
+			if ((st = advance(e, it->seq, segs[g].n, NULL))) {
+				it->status = st;
+				first = first ? first : tkv_errf(err, st, "out of memory while applying the KV policy");
+			}
+		}
+		(void)rows;
+	}
+out:
+	tkv_free(e->alloc, ids);
+	tkv_free(e->alloc, seg_item);
+	tkv_free(e->alloc, segs);
+	tkv_free(e->alloc, done);
+	return first;
 }

@@ -362,9 +362,10 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 		s->logit = tkv_malloc(a, (size_t)n_threads * group * n_ctx * sizeof(float));
 		s->att = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof(float));
 		s->rot = tkv_malloc(a, (size_t)n_threads * 2 * group * in->head_dim * sizeof(float));
+		s->rows = tkv_malloc(a, B * sizeof *s->rows);
 	}
 	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu ||
-	    !s->logit || !s->att || !s->rot) {
+	    !s->logit || !s->att || !s->rot || !s->rows) {
 		llama_scratch_free(s, a);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for activations (batch %u)", n_batch);
 	}
@@ -385,6 +386,7 @@ void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a)
 	tkv_free(a, s->logit);
 	tkv_free(a, s->att);
 	tkv_free(a, s->rot);
+	tkv_free(a, s->rows);
 	memset(s, 0, sizeof *s);
 }
 
@@ -393,21 +395,19 @@ void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a)
 struct attn_job {
 	const struct tkv_model *m;
 	struct llama_scratch *s;
-	struct kv_seq *seq;
 	const struct kv_cfg *cfg;
-	uint32_t layer, n;
-	int32_t pos0;
-	uint32_t observe_from;  /* queries i >= this update the slots' scores */
+	const struct llama_seg *segs;
+	uint32_t n_segs, layer;
 };
 
-/* One task per KV head: its stream's query heads for every token of the chunk,
- * in order, so score updates of a stream never race. */
+/* One task per (segment, KV head): that stream's query heads for every row of
+ * the segment, in order, so score updates of a stream never race. */
 static void attn_worker(void *ctx, int ith, int nth)
 {
 	const struct attn_job *j = ctx;
 	const struct tkv_model_info *in = &j->m->info;
 	uint32_t hd = in->head_dim, group = in->n_head / in->n_kv_head;
-	uint32_t g0 = in->n_kv_head * ith / nth, g1 = in->n_kv_head * (ith + 1) / nth;
+	size_t n_task = (size_t)j->n_segs * in->n_kv_head;
 	const struct kv_cfg *cfg = j->cfg;
 	struct kv_attn_args a = {
 		.nq = group,
@@ -418,15 +418,21 @@ static void attn_worker(void *ctx, int ith, int nth)
 		.orot = j->s->rot + ((size_t)ith * 2 + 1) * group * hd,
 	};
 
-	for (uint32_t g = g0; g < g1; g++) {
-		struct kv_stream *st = kv_seq_stream(j->seq, j->layer, g);
+	for (size_t t = n_task * ith / nth; t < n_task * (ith + 1) / nth; t++) {
+		const struct llama_seg *sg = &j->segs[t / in->n_kv_head];
+		uint32_t g = (uint32_t)(t % in->n_kv_head);
+		struct kv_stream *st = kv_seq_stream(sg->seq, j->layer, g);
+		/* snapkv votes with the last queries of a prompt chunk; others with all */
+		uint32_t observe_from = cfg->policy == TKV_POLICY_SNAPKV && sg->n > cfg->obs_window ?
+					sg->n - cfg->obs_window : 0;
 
-		for (uint32_t i = 0; i < j->n; i++) {
-			int observe = cfg->score != KV_SCORE_NONE && i >= j->observe_from;
+		for (uint32_t i = 0; i < sg->n; i++) {
+			size_t row = sg->row0 + i;
+			int observe = cfg->score != KV_SCORE_NONE && i >= observe_from;
 
-			a.q = j->s->q + ((size_t)i * in->n_head + (size_t)g * group) * hd;
-			a.out = j->s->ao + ((size_t)i * in->n_head + (size_t)g * group) * hd;
-			a.qpos = j->pos0 + (int32_t)i;
+			a.q = j->s->q + (row * in->n_head + (size_t)g * group) * hd;
+			a.out = j->s->ao + (row * in->n_head + (size_t)g * group) * hd;
+			a.qpos = sg->pos0 + (int32_t)i;
 			a.att = observe ? j->s->att + (size_t)ith * j->s->n_ctx : NULL;
 			a.entropy = cfg->adaptive ? &st->ent_sum : NULL;
 			kv_attn(st, hd, &a);
@@ -439,40 +445,47 @@ static void attn_worker(void *ctx, int ith, int nth)
 }
 
 void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp,
-		   struct kv_seq *seq, const struct kv_cfg *cfg, const int32_t *ids, uint32_t n,
-		   int32_t pos0, float *logits, bool all_logits)
+		   const struct kv_cfg *cfg, const int32_t *ids, const struct llama_seg *segs,
+		   uint32_t n_segs, const uint32_t *out_rows, uint32_t n_out, float *logits)
 {
 	const struct tkv_model_info *in = &m->info;
-	uint32_t dim = in->dim, hd = in->head_dim;
-	size_t qd = (size_t)in->n_head * hd, kvd = (size_t)in->n_kv_head * hd;
-	uint32_t n_slots = kv_seq_stream(seq, 0, 0)->n_tokens + n;
-	/* snapkv votes with the last queries of a prompt chunk; others with all */
-	uint32_t observe_from = cfg->policy == TKV_POLICY_SNAPKV && n > cfg->obs_window ? n - cfg->obs_window : 0;
+	uint32_t dim = in->dim, hd = in->head_dim, n = 0;
+	size_t qd = (size_t)in->n_head * hd, kvd = (size_t)in->n_kv_head * hd, attn_work = 0;
 
+	for (uint32_t g = 0; g < n_segs; g++) {
+		n += segs[g].n;
+		attn_work += (size_t)segs[g].n * (kv_seq_stream(segs[g].seq, 0, 0)->n_tokens + segs[g].n);
+	}
+	attn_work *= (size_t)in->n_head * hd;
 	for (uint32_t i = 0; i < n; i++)
 		ops_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)ids[i] * m->tok_embd.row_bytes,
 				s->x + (size_t)i * dim, dim);
 
 	for (uint32_t l = 0; l < in->n_layer; l++) {
 		const struct llama_layer *L = &m->layers[l];
-		struct attn_job aj = { m, s, seq, cfg, l, n, pos0, observe_from };
+		struct attn_job aj = { m, s, cfg, segs, n_segs, l };
 
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->attn_norm, dim, in->rms_eps);
 		ops_matmul(tp, &L->wq, s->xb, s->q, (int)n);
 		ops_matmul(tp, &L->wk, s->xb, s->k, (int)n);
 		ops_matmul(tp, &L->wv, s->xb, s->v, (int)n);
-		for (uint32_t i = 0; i < n; i++) {
-			float pos = (float)(pos0 + (int32_t)i);
+		for (uint32_t g = 0; g < n_segs; g++) {
+			const struct llama_seg *sg = &segs[g];
 
-			ops_rope(s->q + i * qd, (int)in->n_head, (int)hd, (int)in->n_rot, pos, m->inv_freq);
-			ops_rope(s->k + i * kvd, (int)in->n_kv_head, (int)hd, (int)in->n_rot, pos, m->inv_freq);
-			for (uint32_t h = 0; h < in->n_kv_head; h++)
-				kv_seq_append(seq, l, h, pos0 + (int32_t)i, s->k + i * kvd + (size_t)h * hd,
-					      s->v + i * kvd + (size_t)h * hd);
+			for (uint32_t i = 0; i < sg->n; i++) {
+				size_t r = sg->row0 + i;
+				int32_t pos = sg->pos0 + (int32_t)i;
+
+				ops_rope(s->q + r * qd, (int)in->n_head, (int)hd, (int)in->n_rot, (float)pos, m->inv_freq);
+				ops_rope(s->k + r * kvd, (int)in->n_kv_head, (int)hd, (int)in->n_rot, (float)pos, m->inv_freq);
+				for (uint32_t h = 0; h < in->n_kv_head; h++)
+					kv_seq_append(sg->seq, l, h, pos, s->k + r * kvd + (size_t)h * hd,
+						      s->v + r * kvd + (size_t)h * hd);
+			}
 		}
 		/* small attention work runs on the caller: a wake-up costs more */
-		tpool_run((size_t)n * in->n_head * n_slots * hd < 65536 ? NULL : tp, attn_worker, &aj);
+		tpool_run(attn_work < 65536 ? NULL : tp, attn_worker, &aj);
 		ops_matmul(tp, &L->wo, s->ao, s->o, (int)n);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[i];
@@ -487,14 +500,10 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 			s->x[i] += s->o[i];
 	}
 
-	if (!logits)
+	if (!n_out)
 		return;
-	if (all_logits) {
-		for (uint32_t i = 0; i < n; i++)
-			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, m->out_norm, dim, in->rms_eps);
-		ops_matmul(tp, &m->output, s->xb, logits, (int)n);
-	} else {
-		ops_rmsnorm(s->xb, s->x + (size_t)(n - 1) * dim, m->out_norm, dim, in->rms_eps);
-		ops_matmul(tp, &m->output, s->xb, logits, 1);
-	}
+	/* final norm of the rows that want logits, gathered, then one matmul */
+	for (uint32_t i = 0; i < n_out; i++)
+		ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)out_rows[i] * dim, m->out_norm, dim, in->rms_eps);
+	ops_matmul(tp, &m->output, s->xb, logits, (int)n_out);
 }

@@ -56,19 +56,29 @@ struct llama_scratch {
 	float *logit;   /* (n_threads, group, n_ctx) attention logits/weights, per thread */
 	float *att;     /* (n_threads, n_ctx) attention per slot summed over a group */
 	float *rot;     /* (n_threads, 2, group, head_dim) rotated query / output */
+	uint32_t *rows; /* (n_batch) rows whose logits are wanted */
 };
 
 int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint32_t n_batch,
 		       uint32_t n_ctx, uint32_t n_threads, struct tkv_alloc *a, struct tkv_error *err);
 void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a);
 
-/* Runs n (<= n_batch) tokens at positions pos0.. through the model, appending
- * their keys and values to seq (which must have room: kv_seq_reserve) and
- * updating the slots' scores as the cache policy cfg asks. logits gets n_vocab
- * floats for the last token, or for every token when all_logits. */
+/* A run of consecutive rows of a batch that belong to one sequence, at
+ * positions pos0, pos0+1, ... */
+struct llama_seg {
+	struct kv_seq *seq;
+	uint32_t row0, n;
+	int32_t pos0;
+};
+
+/* Runs a batch of rows (at most n_batch) through the model: ids[r] is the token
+ * of row r; segs say which sequence and position each row has. Keys and values
+ * are appended to each sequence's cache (which must have room: kv_seq_reserve)
+ * and the slots' scores updated as the policy cfg asks. logits receives
+ * n_vocab floats for each of the n_out rows listed in out_rows, in that order. */
 void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp,
-		   struct kv_seq *seq, const struct kv_cfg *cfg, const int32_t *ids, uint32_t n,
-		   int32_t pos0, float *logits, bool all_logits);
+		   const struct kv_cfg *cfg, const int32_t *ids, const struct llama_seg *segs,
+		   uint32_t n_segs, const uint32_t *out_rows, uint32_t n_out, float *logits);
 
 const struct tok *llama_tokenizer(const struct tkv_model *m);
 const struct gguf_file *llama_gguf(const struct tkv_model *m);
