@@ -1,0 +1,604 @@
+/* tier.c - KV page storage formats (layouts in tier.h): quantize, dequantize,
+ * bounds and the rotation, as scalar reference code. The loops are kept plain
+ * (one channel per iteration, parameters decoded to float arrays first) so the
+ * compiler can vectorize them. */
+#include "kv/tier.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+#define V_GROUP 32      /* G, channels per value group (fewer when d < 32) */
+#define CHUNK 64        /* channels processed at once (stack arrays) */
+#define F16_MAX 65504.0f
+#define ROT_SEED 0x74696572b7c5a3d1ull  /* fixed: rotated pages depend on it */
+
+_Static_assert(CHUNK % V_GROUP == 0, "a chunk holds whole value groups");
+_Static_assert(CHUNK % 4 == 0, "a chunk of q2 codes fills whole bytes");
+
+/* Per-format data, one row per enum kv_fmt. */
+struct fmt_traits {
+	const char *name;
+	enum kv_tier tier;
+	uint32_t bits;    /* bits per stored element */
+	bool packed;      /* K parameters span the page */
+};
+
+static const struct fmt_traits traits[KV_FMT_COUNT] = {
+	[KV_FMT_F32] = { "f32", KV_TIER_HOT, 32, false },
+	[KV_FMT_F16] = { "f16", KV_TIER_HOT, 16, false },
+	[KV_FMT_Q8] = { "q8", KV_TIER_WARM, 8, false },
+	[KV_FMT_Q4] = { "q4", KV_TIER_COLD, 4, true },
+	[KV_FMT_Q2] = { "q2", KV_TIER_COLD, 2, true },
+};
+
+/* ---- names and sizes ------------------------------------------------------ */
+
+const char *kv_fmt_name(uint32_t fmt)
+{
+	return fmt < KV_FMT_COUNT ? traits[fmt].name : "?";
+}
+
+int kv_fmt_parse(const char *s)
+{
+	if (!s)
+		return -1;
+	for (int f = 0; f < KV_FMT_COUNT; f++)
+		if (strcmp(s, traits[f].name) == 0)
+			return f;
+	return -1;
+}
+
+enum kv_tier kv_fmt_tier(uint32_t fmt)
+{
+	return fmt < KV_FMT_COUNT ? traits[fmt].tier : KV_TIER_COLD;
+}
+
+const char *kv_tier_name(enum kv_tier t)
+{
+	switch (t) {
+	case KV_TIER_HOT: return "hot";
+	case KV_TIER_WARM: return "warm";
+	case KV_TIER_COLD: return "cold";
+	case KV_TIER_COUNT: break;
+	}
+	return "?";
+}
+
+bool kv_fmt_ok(uint32_t fmt, uint32_t d)
+{
+	if (fmt >= KV_FMT_COUNT || d == 0)
+		return false;
+	return d % (fmt == KV_FMT_Q2 ? 4u : 2u) == 0;
+}
+
+bool kv_rot_ok(uint32_t d)
+{
+	return d != 0 && (d & (d - 1)) == 0;
+}
+
+bool kv_fmt_packed(uint32_t fmt)
+{
+	return fmt < KV_FMT_COUNT && traits[fmt].packed;
+}
+
+/* Value groups per slot. */
+static uint32_t n_groups(uint32_t d)
+{
+	return (d + V_GROUP - 1) / V_GROUP;
+}
+
+/* Bytes of one slot's codes in q4/q2 (and of one slot's elements in the others). */
+static size_t row_bytes(uint32_t fmt, uint32_t d)
+{
+	return (size_t)d * traits[fmt].bits / 8;
+}
+
+size_t kv_tier_k_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
+{
+	switch (fmt) {
+	case KV_FMT_F32:
+	case KV_FMT_F16:
+		return (size_t)cap * row_bytes(fmt, d);
+	case KV_FMT_Q8:
+		return (size_t)cap * (2 + d);
+	case KV_FMT_Q4:
+	case KV_FMT_Q2:
+		return 4 * (size_t)d + (size_t)cap * row_bytes(fmt, d);
+	}
+	return 0;
+}
+
+size_t kv_tier_v_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
+{
+	if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
+		return (size_t)cap * (4 * (size_t)n_groups(d) + row_bytes(fmt, d));
+	return kv_tier_k_bytes(fmt, cap, d);
+}
+
+/* ---- half floats ------------------------------------------------------------ */
+
+/* f16 -> f32, bit-exact with ops_f16_to_f32 (tested over all 65536 halves) but
+ * inline and without branches the compiler cannot turn into selects. */
+static inline float h2f(uint16_t h)
+{
+	uint32_t o = ((uint32_t)h & 0x7fffu) << 13; /* exponent and mantissa */
+	uint32_t exp = o & 0x0f800000u;
+	float f;
+
+	o += (uint32_t)(127 - 15) << 23;           /* rebias the exponent */
+	if (exp == 0x0f800000u) {                  /* Inf / NaN: exponent 255 */
+		o += (uint32_t)(128 - 16) << 23;
+	} else if (exp == 0) {                     /* zero / subnormal: renormalize */
+		uint32_t magic = (uint32_t)113 << 23; /* 2^-14 */
+		float fm;
+
+		o += 1u << 23;
+		memcpy(&f, &o, sizeof f);
+		memcpy(&fm, &magic, sizeof fm);
+		f -= fm;
+		memcpy(&o, &f, sizeof o);
+	}
+	o |= ((uint32_t)h & 0x8000u) << 16;
+	memcpy(&f, &o, sizeof f);
+	return f;
+}
+
+/* The largest f16 <= x (saturating at -F16_MAX .. F16_MAX; x not NaN). */
+static uint16_t f16_down(float x)
+{
+	uint16_t h;
+
+	if (x >= F16_MAX)
+		return 0x7bff;
+	if (x <= -F16_MAX)
+		return 0xfbff;
+	h = ops_f32_to_f16(x);
+	if (h2f(h) > x) /* one step toward -Inf */
+		h = h == 0x0000 ? 0x8001 : (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+	return h;
+}
+
+/* The smallest f16 >= x (saturating likewise). */
+static uint16_t f16_up(float x)
+{
+	return (uint16_t)(f16_down(-x) ^ 0x8000);
+}
+
+/* ---- codes ------------------------------------------------------------------ */
+
+/* Asymmetric parameters of L levels over [lo, hi]: stored min (the f16 at or
+ * below lo) and scale (the smallest f16 whose top level m + s L, computed in
+ * float as the loads do, reaches hi; one step either side of the rounded-up
+ * quotient is enough), and the floats the quantizer uses. Taking the smallest
+ * makes a re-pack of loaded data find the same parameters and codes, as long
+ * as the range spans more than L f16 steps of its values (then the extremes
+ * keep codes 0 and L). */
+static void asym_params(float lo, float hi, float L, uint16_t *s16, uint16_t *m16, float *m, float *inv)
+{
+	float s;
+
+	*m16 = f16_down(lo);
+	*m = h2f(*m16);
+	*s16 = f16_up((hi - *m) / L); /* >= 0: hi >= lo >= m */
+	if (*s16 > 0 && *m + h2f((uint16_t)(*s16 - 1)) * L >= hi)
+		(*s16)--;
+	else if (*s16 < 0x7bff && *m + h2f(*s16) * L < hi)
+		(*s16)++;
+	s = h2f(*s16);
+	*inv = s > 0.0f ? 1.0f / s : 0.0f;
+}
+
+/* Code of x: round((x - m) / s) clamped to [0, L] (NaN -> 0). */
+static inline uint8_t asym_code(float x, float m, float inv, float L)
+{
+	float q = fminf(fmaxf((x - m) * inv, 0.0f), L);
+
+	return (uint8_t)(q + 0.5f);
+}
+
+/* Packs n codes of `bits` bits (n a multiple of 8 / bits) into out. */
+static void pack_codes(uint32_t bits, const uint8_t *q, uint32_t n, uint8_t *out)
+{
+	if (bits == 4) {
+		for (uint32_t j = 0; j < n / 2; j++)
+			out[j] = (uint8_t)(q[2 * j] | q[2 * j + 1] << 4);
+	} else {
+		for (uint32_t j = 0; j < n / 4; j++)
+			out[j] = (uint8_t)(q[4 * j] | q[4 * j + 1] << 2 | q[4 * j + 2] << 4 | q[4 * j + 3] << 6);
+	}
+}
+
+static void unpack_codes(uint32_t bits, const uint8_t *in, uint32_t n, uint8_t *q)
+{
+	if (bits == 4) {
+		for (uint32_t j = 0; j < n / 2; j++) {
+			q[2 * j] = in[j] & 15;
+			q[2 * j + 1] = in[j] >> 4;
+		}
+	} else {
+		for (uint32_t j = 0; j < n / 4; j++) {
+			q[4 * j] = in[j] & 3;
+			q[4 * j + 1] = (in[j] >> 2) & 3;
+			q[4 * j + 2] = (in[j] >> 4) & 3;
+			q[4 * j + 3] = in[j] >> 6;
+		}
+	}
+}
+
+/* ---- per-slot formats (f32, f16, q8) and q4/q2 value rows ------------------ */
+
+static void store_q8(void *reg, uint32_t cap, uint32_t d, uint32_t slot, const float *x)
+{
+	uint16_t *scale = reg;
+	int8_t *q = (int8_t *)((uint8_t *)reg + 2 * (size_t)cap) + (size_t)slot * d;
+	float amax = 0.0f, s, inv;
+
+	for (uint32_t c = 0; c < d; c++)
+		amax = fmaxf(amax, fabsf(x[c]));
+	scale[slot] = ops_f32_to_f16(fminf(amax / 127.0f, F16_MAX));
+	s = h2f(scale[slot]);
+	inv = s > 0.0f ? 1.0f / s : 0.0f;
+	for (uint32_t c = 0; c < d; c++) {
+		float v = fminf(fmaxf(x[c] * inv, -127.0f), 127.0f);
+
+		q[c] = (int8_t)(v + (v >= 0.0f ? 0.5f : -0.5f));
+	}
+}
+
+/* One q4/q2 value row: parameters per group of G channels, then codes. */
+static void store_v_asym(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t slot, const float *x)
+{
+	uint32_t bits = traits[fmt].bits, ng = n_groups(d), G = d < V_GROUP ? d : V_GROUP;
+	uint16_t *par = (uint16_t *)reg + (size_t)slot * ng * 2;
+	uint8_t *codes = (uint8_t *)reg + 4 * (size_t)cap * ng + (size_t)slot * row_bytes(fmt, d);
+	float L = (float)((1u << bits) - 1);
+	uint8_t q[V_GROUP];
+
+	for (uint32_t g = 0; g < ng; g++) {
+		uint32_t c0 = g * G, nc = d - c0 < G ? d - c0 : G;
+		float lo = x[c0], hi = x[c0], m, inv;
+
+		for (uint32_t c = 1; c < nc; c++) {
+			lo = fminf(lo, x[c0 + c]);
+			hi = fmaxf(hi, x[c0 + c]);
+		}
+		asym_params(lo, hi, L, &par[2 * g], &par[2 * g + 1], &m, &inv);
+		for (uint32_t c = 0; c < nc; c++)
+			q[c] = asym_code(x[c0 + c], m, inv, L);
+		pack_codes(bits, q, nc, codes + (size_t)c0 * bits / 8);
+	}
+}
+
+/* Stores one row in a per-slot layout: f32, f16, q8 (K or V alike), and q4/q2
+ * values. */
+static void store_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t slot, const float *x)
+{
+	switch (fmt) {
+	case KV_FMT_F32:
+		memcpy((float *)reg + (size_t)slot * d, x, d * sizeof(float));
+		break;
+	case KV_FMT_F16: {
+		uint16_t *h = (uint16_t *)reg + (size_t)slot * d;
+
+		for (uint32_t c = 0; c < d; c++)
+			h[c] = ops_f32_to_f16(x[c]);
+		break;
+	}
+	case KV_FMT_Q8:
+		store_q8(reg, cap, d, slot, x);
+		break;
+	case KV_FMT_Q4:
+	case KV_FMT_Q2:
+		store_v_asym(fmt, reg, cap, d, slot, x);
+		break;
+	}
+}
+
+/* Channels [c0, c0 + n) of one row of f32, f16 or q8. */
+static void load_row_part(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, uint32_t slot,
+			  uint32_t c0, uint32_t n, float *x)
+{
+	size_t off = (size_t)slot * d + c0;
+
+	switch (fmt) {
+	case KV_FMT_F32:
+		memcpy(x, (const float *)reg + off, n * sizeof(float));
+		break;
+	case KV_FMT_F16: {
+		const uint16_t *h = (const uint16_t *)reg + off;
+
+		for (uint32_t c = 0; c < n; c++)
+			x[c] = h2f(h[c]);
+		break;
+	}
+	case KV_FMT_Q8: {
+		const int8_t *q = (const int8_t *)((const uint8_t *)reg + 2 * (size_t)cap) + off;
+		float s = h2f(((const uint16_t *)reg)[slot]);
+
+		for (uint32_t c = 0; c < n; c++)
+			x[c] = s * (float)q[c];
+		break;
+	}
+	}
+}
+
+static void load_v_asym(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, uint32_t slot, float *x)
+{
+	uint32_t bits = traits[fmt].bits, ng = n_groups(d), G = d < V_GROUP ? d : V_GROUP;
+	const uint16_t *par = (const uint16_t *)reg + (size_t)slot * ng * 2;
+	const uint8_t *codes = (const uint8_t *)reg + 4 * (size_t)cap * ng + (size_t)slot * row_bytes(fmt, d);
+	uint8_t q[V_GROUP];
+
+	for (uint32_t g = 0; g < ng; g++) {
+		uint32_t c0 = g * G, nc = d - c0 < G ? d - c0 : G;
+		float s = h2f(par[2 * g]), m = h2f(par[2 * g + 1]);
+
+		unpack_codes(bits, codes + (size_t)c0 * bits / 8, nc, q);
+		for (uint32_t c = 0; c < nc; c++)
+			x[c0 + c] = m + s * (float)q[c];
+	}
+}
+
+/* Loads one row of a per-slot layout (see store_row). */
+static void load_row(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, uint32_t slot, float *x)
+{
+	if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
+		load_v_asym(fmt, reg, cap, d, slot, x);
+	else
+		load_row_part(fmt, reg, cap, d, slot, 0, d, x);
+}
+
+/* Copies one row of a per-slot layout, its parameters with it. */
+static void move_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t dst, uint32_t src)
+{
+	uint8_t *b = reg;
+	size_t rb = row_bytes(fmt, d);
+
+	switch (fmt) {
+	case KV_FMT_F32:
+	case KV_FMT_F16:
+		memmove(b + dst * rb, b + src * rb, rb);
+		break;
+	case KV_FMT_Q8:
+		memmove(b + 2 * (size_t)dst, b + 2 * (size_t)src, 2);
+		b += 2 * (size_t)cap;
+		memmove(b + dst * rb, b + src * rb, rb);
+		break;
+	case KV_FMT_Q4:
+	case KV_FMT_Q2: {
+		size_t pb = 4 * (size_t)n_groups(d);
+
+		memmove(b + dst * pb, b + src * pb, pb);
+		b += pb * cap;
+		memmove(b + dst * rb, b + src * rb, rb);
+		break;
+	}
+	}
+}
+
+/* ---- q4/q2 keys: parameters per channel over the page ----------------------- */
+
+/* K region: f16 scale[d], f16 min[d], codes[cap][row_bytes]. */
+static void pack_k_asym(uint32_t fmt, void *reg, uint32_t d, const float *K, uint32_t n)
+{
+	uint32_t bits = traits[fmt].bits;
+	uint16_t *ps = reg, *pm = ps + d;
+	uint8_t *codes = (uint8_t *)reg + 4 * (size_t)d;
+	size_t rb = row_bytes(fmt, d);
+	float L = (float)((1u << bits) - 1);
+
+	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
+		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
+		float lo[CHUNK], hi[CHUNK], m[CHUNK], inv[CHUNK];
+		uint8_t q[CHUNK];
+
+		memcpy(lo, K + c0, nc * sizeof(float));
+		memcpy(hi, K + c0, nc * sizeof(float));
+		for (uint32_t s = 1; s < n; s++) {
+			const float *x = K + (size_t)s * d + c0;
+
+			for (uint32_t c = 0; c < nc; c++) {
+				lo[c] = fminf(lo[c], x[c]);
+				hi[c] = fmaxf(hi[c], x[c]);
+			}
+		}
+		for (uint32_t c = 0; c < nc; c++)
+			asym_params(lo[c], hi[c], L, &ps[c0 + c], &pm[c0 + c], &m[c], &inv[c]);
+		for (uint32_t s = 0; s < n; s++) {
+			const float *x = K + (size_t)s * d + c0;
+
+			for (uint32_t c = 0; c < nc; c++)
+				q[c] = asym_code(x[c], m[c], inv[c], L);
+			pack_codes(bits, q, nc, codes + (size_t)s * rb + (size_t)c0 * bits / 8);
+		}
+	}
+}
+
+/* Keys of slots [s0, s0 + n): the channel parameters are decoded once per
+ * chunk of channels, then each slot is min + scale * code. */
+static void load_k_asym(uint32_t fmt, const void *reg, uint32_t d, uint32_t s0, uint32_t n, float *K)
+{
+	uint32_t bits = traits[fmt].bits;
+	const uint16_t *ps = reg, *pm = ps + d;
+	const uint8_t *codes = (const uint8_t *)reg + 4 * (size_t)d;
+	size_t rb = row_bytes(fmt, d);
+
+	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
+		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
+		float s[CHUNK], m[CHUNK];
+		uint8_t q[CHUNK];
+
+		for (uint32_t c = 0; c < nc; c++) {
+			s[c] = h2f(ps[c0 + c]);
+			m[c] = h2f(pm[c0 + c]);
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			float *x = K + (size_t)i * d + c0;
+
+			unpack_codes(bits, codes + (s0 + i) * rb + (size_t)c0 * bits / 8, nc, q);
+			for (uint32_t c = 0; c < nc; c++)
+				x[c] = m[c] + s[c] * (float)q[c];
+		}
+	}
+}
+
+/* ---- public entry points ------------------------------------------------------ */
+
+void kv_tier_store(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d, uint32_t slot,
+		   const float *k, const float *v)
+{
+	if (kv_fmt_packed(fmt))
+		return;
+	store_row(fmt, kreg, cap, d, slot, k);
+	store_row(fmt, vreg, cap, d, slot, v);
+}
+
+void kv_tier_pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
+		  const float *K, const float *V, uint32_t n)
+{
+	bool packed = kv_fmt_packed(fmt);
+
+	memset(kreg, 0, kv_tier_k_bytes(fmt, cap, d));
+	memset(vreg, 0, kv_tier_v_bytes(fmt, cap, d));
+	if (packed && n > 0)
+		pack_k_asym(fmt, kreg, d, K, n);
+	for (uint32_t s = 0; s < n; s++) {
+		if (!packed)
+			store_row(fmt, kreg, cap, d, s, K + (size_t)s * d);
+		store_row(fmt, vreg, cap, d, s, V + (size_t)s * d);
+	}
+}
+
+void kv_tier_load_k(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t slot, float *k)
+{
+	kv_tier_load_k_slots(fmt, kreg, cap, d, slot, 1, k);
+}
+
+void kv_tier_load_v(uint32_t fmt, const void *vreg, uint32_t cap, uint32_t d, uint32_t slot, float *v)
+{
+	load_row(fmt, vreg, cap, d, slot, v);
+}
+
+void kv_tier_load_k_slots(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t s0,
+			  uint32_t n, float *K)
+{
+	if (kv_fmt_packed(fmt)) {
+		load_k_asym(fmt, kreg, d, s0, n, K);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		load_row(fmt, kreg, cap, d, s0 + i, K + (size_t)i * d);
+}
+
+void kv_tier_load_v_slots(uint32_t fmt, const void *vreg, uint32_t cap, uint32_t d, uint32_t s0,
+			  uint32_t n, float *V)
+{
+	for (uint32_t i = 0; i < n; i++)
+		load_row(fmt, vreg, cap, d, s0 + i, V + (size_t)i * d);
+}
+
+void kv_tier_move(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d, uint32_t dst, uint32_t src)
+{
+	if (dst == src)
+		return;
+	if (kv_fmt_packed(fmt)) {
+		uint8_t *codes = (uint8_t *)kreg + 4 * (size_t)d;
+		size_t rb = row_bytes(fmt, d);
+
+		memmove(codes + dst * rb, codes + src * rb, rb);
+	} else {
+		move_row(fmt, kreg, cap, d, dst, src);
+	}
+	move_row(fmt, vreg, cap, d, dst, src);
+}
+
+void kv_tier_key_bounds(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t n,
+			float *kmin, float *kmax)
+{
+	if (kv_fmt_packed(fmt)) {
+		const uint16_t *ps = kreg, *pm = ps + d;
+		float L = (float)((1u << traits[fmt].bits) - 1);
+
+		/* The same float expression as the loads (m + s * q at q = 0 and
+		 * q = L), widened by one ulp in case a kernel fuses it into an fma. */
+		for (uint32_t c = 0; c < d; c++) {
+			float s = h2f(ps[c]), m = h2f(pm[c]);
+
+			kmin[c] = m;
+			kmax[c] = nextafterf(m + s * L, INFINITY);
+		}
+		return;
+	}
+	for (uint32_t c = 0; c < d; c++) {
+		kmin[c] = INFINITY;
+		kmax[c] = -INFINITY;
+	}
+	for (uint32_t s = 0; s < n; s++) {
+		for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
+			uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
+			float x[CHUNK];
+
+			load_row_part(fmt, kreg, cap, d, s, c0, nc, x);
+			for (uint32_t c = 0; c < nc; c++) {
+				kmin[c0 + c] = fminf(kmin[c0 + c], x[c]);
+				kmax[c0 + c] = fmaxf(kmax[c0 + c], x[c]);
+			}
+		}
+	}
+}
+
+/* ---- rotation ------------------------------------------------------------------ */
+
+/* splitmix64 of a counter: the signs of D, 64 channels per word. */
+static uint64_t sign_word(uint64_t i)
+{
+	uint64_t z = ROT_SEED + (i + 1) * 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* x <- D x (D diagonal ±1; its own inverse). */
+static void apply_signs(float *x, uint32_t d)
+{
+	for (uint32_t i0 = 0; i0 < d; i0 += 64) {
+		uint64_t w = sign_word(i0 / 64);
+		uint32_t n = d - i0 < 64 ? d - i0 : 64;
+
+		for (uint32_t j = 0; j < n; j++)
+			x[i0 + j] *= 1.0f - 2.0f * (float)((w >> j) & 1);
+	}
+}
+
+/* x <- H x / sqrt(d), the orthonormal Walsh-Hadamard transform (symmetric, so
+ * its own inverse). */
+static void fwht(float *x, uint32_t d)
+{
+	float norm = 1.0f / sqrtf((float)d);
+
+	for (uint32_t h = 1; h < d; h <<= 1)
+		for (uint32_t i = 0; i < d; i += 2 * h)
+			for (uint32_t j = i; j < i + h; j++) {
+				float a = x[j], b = x[j + h];
+
+				x[j] = a + b;
+				x[j + h] = a - b;
+			}
+	for (uint32_t i = 0; i < d; i++)
+		x[i] *= norm;
+}
+
+void kv_rotate(float *x, uint32_t d)
+{
+	apply_signs(x, d);
+	fwht(x, d);
+}
+
+void kv_unrotate(float *x, uint32_t d)
+{
+	fwht(x, d);
+	apply_signs(x, d);
+}
