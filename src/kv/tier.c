@@ -89,10 +89,11 @@ static uint32_t n_groups(uint32_t d)
 	return (d + V_GROUP - 1) / V_GROUP;
 }
 
-/* Bytes of one slot's codes in q4/q2 (and of one slot's elements in the others). */
+/* Bytes of one slot's codes in q4/q2 (and of one slot's elements in the
+ * others). The range check keeps -Warray-bounds quiet at -O3. */
 static size_t row_bytes(uint32_t fmt, uint32_t d)
 {
-	return (size_t)d * traits[fmt].bits / 8;
+	return fmt < KV_FMT_COUNT ? (size_t)d * traits[fmt].bits / 8 : 0;
 }
 
 size_t kv_tier_k_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
