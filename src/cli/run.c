@@ -160,7 +160,8 @@ int cli_run(int argc, char **argv)
 	struct tkv_model_info info;
 	struct tok_stream ts = { 0 };
 	const struct tok *tok;
-	char *prompt_buf = NULL, piece[256];
+	char *prompt_buf = NULL, *piece = NULL;
+	size_t piece_cap = 0;
 	const char *prompt = "";
 	size_t prompt_len = 0, n_prompt = 0, n_gen = 0;
 	int32_t *ids = NULL;
@@ -203,7 +204,9 @@ int cli_run(int argc, char **argv)
 	}
 	ids = malloc(n_prompt * sizeof *ids);
 	logits = malloc((size_t)info.n_vocab * sizeof *logits);
-	if (!ids || !logits) {
+	piece_cap = tok_stream_min_cap(tok);
+	piece = malloc(piece_cap);
+	if (!ids || !logits || !piece) {
 		fprintf(stderr, "tierkv run: out of memory\n");
 		goto out;
 	}
@@ -242,7 +245,7 @@ int cli_run(int argc, char **argv)
 			break;
 		samp_accept(smp, id);
 		n_gen++;
-		n = tok_stream_push(tok, &ts, id, piece, sizeof piece);
+		n = tok_stream_push(tok, &ts, id, piece, piece_cap);
 		if (n > 0) {
 			const char *p = piece;
 
@@ -269,7 +272,7 @@ int cli_run(int argc, char **argv)
 		}
 	}
 	{
-		int n = tok_stream_flush(&ts, piece, sizeof piece);
+		int n = tok_stream_flush(&ts, piece, piece_cap);
 
 		if (n > 0 && out_write(piece, (size_t)n))
 			goto write_fail;
@@ -306,6 +309,7 @@ fail:
 	rc = CLI_ERR;
 out:
 	free(ids);
+	free(piece);
 	free(logits);
 	free(prompt_buf);
 	samp_free(smp);

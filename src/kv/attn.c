@@ -9,9 +9,70 @@
  * values, decoding each value row once. Rotated pages are scored with R q and
  * their values are summed in the rotated space, then rotated back once. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "kv/attn_impl.h"
 #include "kv/seq.h"
+
+/* ---- kernel selection ------------------------------------------------------ */
+
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+static int have_avx2;              /* written once, under kernels_once */
+static atomic_int force_ref;
+
+static void detect(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		    __builtin_cpu_supports("f16c");
+#endif
+}
+
+int kv_attn_force_ref(int on)
+{
+	return atomic_exchange(&force_ref, on);
+}
+
+static int use_simd(uint32_t d)
+{
+	pthread_once(&kernels_once, detect);
+	return have_avx2 && !atomic_load(&force_ref) && d % 8 == 0;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)
+{
+	if (!use_simd(d))
+		return NULL;
+	return fmt == KV_FMT_F16 ? kv_score_f16_avx2 : fmt == KV_FMT_F32 ? kv_score_f32_avx2 : NULL;
+}
+
+kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
+{
+	if (!use_simd(d))
+		return NULL;
+	return fmt == KV_FMT_F16 ? kv_accum_f16_avx2 : fmt == KV_FMT_F32 ? kv_accum_f32_avx2 : NULL;
+}
+#else
+kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)
+{
+	(void)fmt;
+	(void)use_simd(d);
+	return NULL;
+}
+
+kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
+{
+	(void)fmt;
+	(void)use_simd(d);
+	return NULL;
+}
+#endif
+
+/* ---- attention -------------------------------------------------------------- */
 
 #define KV_ATTN_MAX_D 512
 
@@ -39,7 +100,22 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 		       float scale, float *logit, uint32_t n, uint32_t off, float *max)
 {
 	float kbuf[KV_ATTN_MAX_D];
+	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d);
 
+	if (fast) {
+		fast(pg->k, pg->n_used, d, q, nq, scale, logit + off, n);
+		for (uint32_t j = 0; j < pg->n_used; j++) {
+			for (uint32_t h = 0; h < nq; h++) {
+				float *l = &logit[(size_t)h * n + off + j];
+
+				if (pg->pos[j] > qpos)
+					*l = -INFINITY;
+				else if (*l > max[h])
+					max[h] = *l;
+			}
+		}
+		return;
+	}
 	for (uint32_t j = 0; j < pg->n_used; j++) {
 		const float *k = kbuf;
 
@@ -148,8 +224,15 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
 		float *o = (pg->flags & KV_PAGE_ROT) ? a->orot : a->out;
+		kv_accum_fn fast = kv_attn_accum_kernel(pg->fmt, d);
 		int any = 0;
 
+		if (fast) {
+			fast(pg->v, pg->n_used, d, a->logit + off, n, nq, o);
+			st->pages_read++;
+			off += pg->n_used;
+			continue;
+		}
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			const float *v = vbuf;
 			int need = 0;
