@@ -161,6 +161,7 @@ struct tkv_engine_params {
 	uint32_t n_ctx;         /* max tokens per sequence; 0 = the model's training context */
 	uint32_t n_batch;       /* prefill chunk in tokens (default 64) */
 	struct tkv_kv_policy_params kv;  /* cache policy (default: tiered) */
+	int prefix_cache;       /* share the pages of common prompt prefixes (default 0) */
 	struct tkv_alloc *alloc;
 };
 
@@ -180,6 +181,11 @@ struct tkv_kv_stats {
 	uint64_t gov_runs;      /* times the memory governor acted */
 	uint64_t pages_read;    /* pages attention read */
 	uint64_t pages_skipped; /* cold pages attention skipped by their key bound */
+	uint64_t prefix_lookups;  /* sequences that looked for a shared prefix */
+	uint64_t prefix_hits;     /* ... and found one */
+	uint64_t prefix_tokens;   /* prompt tokens reused instead of computed */
+	uint64_t prefix_pages;    /* pages the prefix tree holds */
+	uint64_t cow;             /* shared pages a sequence copied to change them */
 };
 
 struct tkv_engine_params tkv_engine_default_params(void);
@@ -199,6 +205,15 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out);
 /* Sets this sequence's K+V budget in bytes (0 = none); takes effect at the next
  * decode. */
 void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes);
+/* Prefix sharing (engine param prefix_cache): on an empty sequence, attaches
+ * the cached pages of the longest known prefix of the prompt ids (whole pages,
+ * leaving at least one token to compute) and sets *n_reused; the caller then
+ * decodes ids[*n_reused..]. A no-op (0 reused) when the cache is off. */
+int tkv_seq_reuse_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, size_t *n_reused,
+			 struct tkv_error *err);
+/* After the prompt ids[0..n) were decoded: offers the sequence's pages of the
+ * prompt to the prefix cache so later sequences can share them. */
+int tkv_seq_publish_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, struct tkv_error *err);
 /* Runs n tokens through the model, appending them to the sequence's cache, in
  * chunks of n_batch. logits (may be NULL) receives n_vocab floats for the last
  * token, or n * n_vocab (token-major) when all_logits is set. TKV_ERR_CTX_FULL

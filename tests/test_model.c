@@ -278,6 +278,73 @@ static void test_batch_step(void **state)
 	tkv_model_free(m);
 }
 
+/* Sequences with a common prompt prefix share its pages and get the logits
+ * they would get alone. */
+static void test_prefix_sharing(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_engine_params p = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *a = NULL, *b = NULL, *c = NULL;
+	struct tkv_error err = { 0 };
+	struct tkv_kv_stats ks, before;
+	int32_t ids[40];
+	float la[512], lb[512], lc[512];
+	size_t reused = 0;
+	struct tkv_alloc al = { 0 };
+
+	(void)state;
+	for (int i = 0; i < 40; i++)
+		ids[i] = prompt_ids[i % N_PROMPT];
+	p.prefix_cache = 1;
+	p.alloc = &al;
+	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&a, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_reuse_prefix(a, ids, 40, &reused, &err), TKV_OK);
+	assert_int_equal(reused, 0); /* nothing cached yet */
+	assert_int_equal(tkv_seq_decode(a, ids, 40, la, 0, &err), TKV_OK);
+	assert_int_equal(tkv_seq_publish_prefix(a, ids, 40, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &before);
+	assert_int_equal(before.prefix_pages, 2 * 5 * 4); /* two 16-token chunks x 20 streams */
+
+	/* b: same 35 first tokens, then different ones */
+	ids[36] = 100;
+	ids[38] = 200;
+	assert_int_equal(tkv_seq_init(&b, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_reuse_prefix(b, ids, 40, &reused, &err), TKV_OK);
+	assert_int_equal(reused, 32);
+	assert_int_equal(tkv_seq_n_past(b), 32);
+	assert_int_equal(tkv_seq_decode(b, ids + 32, 8, lb, 0, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(ks.prefix_hits, 1);
+	assert_int_equal(ks.prefix_tokens, 32);
+	/* shared pages are not allocated twice: b added only its tail pages */
+	assert_int_equal(ks.n_pages, before.n_pages + 5 * 4);
+
+	/* c: the same prompt as b computed without sharing */
+	assert_int_equal(tkv_seq_init(&c, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(c, ids, 40, lc, 0, &err), TKV_OK);
+	for (int v = 0; v < 512; v++)
+		assert_true(fabsf(lb[v] - lc[v]) < TOL_CHUNK_LOGIT);
+	/* the shared sequence goes on decoding like the private one */
+	{
+		int32_t t = 7;
+
+		assert_int_equal(tkv_seq_decode(b, &t, 1, lb, 0, &err), TKV_OK);
+		assert_int_equal(tkv_seq_decode(c, &t, 1, lc, 0, &err), TKV_OK);
+		for (int v = 0; v < 512; v++)
+			assert_true(fabsf(lb[v] - lc[v]) < TOL_CHUNK_LOGIT);
+	}
+	tkv_seq_free(a);
+	tkv_seq_free(b);
+	tkv_seq_free(c);
+	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(ks.n_pages, 2 * 5 * 4); /* only the tree's pages are left */
+	tkv_engine_free(e);
+	assert_int_equal(atomic_load(&al.live), 0);
+	tkv_model_free(m);
+}
+
 /* Every allocation during load, engine setup and generation, made to fail in
  * turn: each is reported as TKV_ERR_NOMEM and nothing leaks. */
 static void test_alloc_failures(void **state)
@@ -396,6 +463,7 @@ int main(void)
 		cmocka_unit_test(test_kv_budget),
 		cmocka_unit_test(test_on_demand),
 		cmocka_unit_test(test_batch_step),
+		cmocka_unit_test(test_prefix_sharing),
 		cmocka_unit_test(test_bad_metadata),
 		cmocka_unit_test(test_alloc_failures),
 	};

@@ -10,6 +10,7 @@
 
 #include "kv/policy.h"
 #include "kv/pool.h"
+#include "kv/prefix.h"
 #include "kv/seq.h"
 #include "model/llama.h"
 #include "util/alloc.h"
@@ -22,13 +23,14 @@ struct tkv_engine {
 	struct tkv_engine_params params;
 	struct kv_cfg cfg;
 	struct kv_pool *pool;
+	struct kv_prefix *prefix;  /* NULL when prefix sharing is off */
 	struct tpool *tp;
 	struct llama_scratch scratch;
 	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
 	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
 	uint32_t n_seqs;
 	uint64_t gov_runs;
-	uint64_t evicted_gone, demoted_gone, merged_gone; /* counters of freed sequences */
+	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
 };
 
 struct tkv_seq {
@@ -94,6 +96,10 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 		goto out_free;
 	if ((st = kv_pool_init(&e->pool, &pp, e->alloc, err)))
 		goto out_free;
+	if (p->prefix_cache &&
+	    (st = kv_prefix_init(&e->prefix, e->pool, pp.page_tokens, m->info.n_layer * m->info.n_kv_head,
+				 e->alloc, err)))
+		goto out_free;
 	if ((st = tpool_init(&e->tp, e->params.n_threads, e->alloc, err)))
 		goto out_free;
 	if ((st = llama_scratch_init(&e->scratch, m, e->params.n_batch, e->params.n_ctx,
@@ -119,6 +125,7 @@ void tkv_engine_free(struct tkv_engine *e)
 	tkv_free(e->alloc, e->logits);
 	llama_scratch_free(&e->scratch, e->alloc);
 	tpool_free(e->tp);
+	kv_prefix_free(e->prefix);
 	kv_pool_free(e->pool);
 	tkv_free(e->alloc, e);
 }
@@ -141,6 +148,7 @@ static void seq_stats_add(const struct kv_seq *kv, struct tkv_kv_stats *out)
 		out->evicted += st->evicted;
 		out->demoted += st->demoted;
 		out->merged += st->merged;
+		out->cow += st->cow;
 		out->pages_read += st->pages_read;
 		out->pages_skipped += st->pages_skipped;
 	}
@@ -167,7 +175,17 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 	out->evicted += e->evicted_gone;
 	out->demoted += e->demoted_gone;
 	out->merged += e->merged_gone;
+	out->cow += e->cow_gone;
 	out->gov_runs = e->gov_runs;
+	if (e->prefix) {
+		struct kv_prefix_stats xs;
+
+		kv_prefix_get_stats(e->prefix, &xs);
+		out->prefix_lookups = xs.lookups;
+		out->prefix_hits = xs.hits;
+		out->prefix_tokens = xs.tokens_reused;
+		out->prefix_pages = xs.pages;
+	}
 }
 
 void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
@@ -232,6 +250,7 @@ void tkv_seq_free(struct tkv_seq *s)
 	e->evicted_gone += ks.evicted;
 	e->demoted_gone += ks.demoted;
 	e->merged_gone += ks.merged;
+	e->cow_gone += ks.cow;
 	if (s->prev)
 		s->prev->next = s->next;
 	else
@@ -305,10 +324,22 @@ static int govern(struct tkv_engine *e, size_t need)
 	double target, factor;
 	size_t budget = kv_pool_budget(e->pool);
 
-	if (!budget || !e->cfg.evicts)
+	if (!budget)
 		return TKV_OK;
 	kv_pool_stats(e->pool, &ps);
 	if ((double)(ps.allocated + need) <= e->params.kv.gov_high * (double)budget)
+		return TKV_OK;
+	/* first drop cached prefixes nobody uses */
+	if (e->prefix) {
+		double over = (double)(ps.allocated + need) - e->params.kv.gov_low * (double)budget;
+
+		if (over > 0 && kv_prefix_shrink(e->prefix, (size_t)over)) {
+			kv_pool_stats(e->pool, &ps);
+			if ((double)(ps.allocated + need) <= e->params.kv.gov_high * (double)budget)
+				return TKV_OK;
+		}
+	}
+	if (!e->cfg.evicts)
 		return TKV_OK;
 	target = e->params.kv.gov_low * (double)budget - (double)need;
 	if (target < 0)
@@ -328,6 +359,41 @@ static int govern(struct tkv_engine *e, size_t need)
 		if ((st = seq_maintain(e, s)))
 			return st;
 	}
+	return TKV_OK;
+}
+
+static int check_tokens(const struct tkv_engine *e, const struct tkv_seq *s, const int32_t *ids, size_t n,
+			struct tkv_error *err);
+
+int tkv_seq_reuse_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, size_t *n_reused,
+			 struct tkv_error *err)
+{
+	int got;
+
+	*n_reused = 0;
+	if (!s->e->prefix || s->n_past != 0)
+		return TKV_OK;
+	if ((got = check_tokens(s->e, s, ids, n, err)))
+		return got;
+	got = kv_prefix_attach(s->e->prefix, s->kv, ids, n);
+	if (got < 0)
+		return tkv_errf(err, got, "out of memory attaching a shared prefix");
+	s->n_past = (uint32_t)got;
+	*n_reused = (size_t)got;
+	return TKV_OK;
+}
+
+int tkv_seq_publish_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, struct tkv_error *err)
+{
+	int got;
+
+	if (!s->e->prefix)
+		return TKV_OK;
+	if (n > s->n_past)
+		n = s->n_past;
+	got = kv_prefix_insert(s->e->prefix, s->kv, ids, n);
+	if (got < 0)
+		return tkv_errf(err, got, "out of memory publishing a prefix");
 	return TKV_OK;
 }
 

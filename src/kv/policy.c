@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/prefix.h"
 #include "util/alloc.h"
 #include "util/status.h"
 
@@ -196,6 +197,10 @@ void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		struct kv_page *pg = st->pages[p];
 
+		if (pg->flags & KV_PAGE_FROZEN) { /* shared prefix: read-only */
+			i += pg->n_used;
+			continue;
+		}
 		if (c->score == KV_SCORE_LAST) {
 			for (uint32_t j = 0; j < pg->n_used; j++)
 				pg->score[j] = att[i++];
@@ -425,6 +430,7 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 		kv_rotate(vb, d);
 	}
 	kv_tier_store(pk->fmt, pk->k, pk->v, pk->cap, d, best->slot, kb, vb);
+	pk->flags |= KV_PAGE_DIRTY;
 	pk->score[best->slot] += pe->score[e->slot];
 	st->merged++;
 }
@@ -563,7 +569,8 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			int32_t pos = pg->pos[j];
 
-			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)c->n_window) {
+			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)c->n_window ||
+			    (pg->flags & KV_PAGE_FROZEN)) {
 				prot_bytes += slot_cost(pg->fmt, pg->cap, d);
 				n_prot++;
 				continue;
@@ -727,6 +734,26 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 
 	if (!c->evicts || st->budget == 0 || st->kv_bytes <= st->budget)
 		return TKV_OK;
+	/* shared prefix pages are protected; when they alone break the budget,
+	 * this sequence takes private copies it may then shrink (copy-on-write) */
+	{
+		size_t frozen = 0;
+
+		for (uint32_t i = 0; i < st->n_pages; i++)
+			if (st->pages[i]->flags & KV_PAGE_FROZEN)
+				frozen += st->pages[i]->kv_bytes;
+		if (frozen && frozen + (size_t)c->n_window * (size_t)slot_cost(c->hot_fmt, c->page_tokens, s->head_dim) >
+				      st->budget) {
+			for (uint32_t i = 0; i < st->n_pages && rc == TKV_OK; i++)
+				if (st->pages[i]->flags & KV_PAGE_FROZEN) {
+					rc = kv_stream_cow(s, st, i);
+					if (rc == TKV_OK)
+						st->cow++;
+				}
+			if (rc == TKV_ERR_KV_FULL)
+				rc = TKV_OK; /* no room to copy: keep sharing */
+		}
+	}
 	/* aim a page below the budget so the next tokens fit without another round */
 	slack = (double)kv_page_kv_bytes(c->page_tokens, s->head_dim, c->hot_fmt);
 	if (slack > st->budget / 4.0)

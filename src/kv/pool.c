@@ -126,6 +126,7 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, 
 	pg = (struct kv_page *)base;
 	memset(pg, 0, sizeof *pg);
 	pg->fmt = (uint8_t)fmt;
+	pg->refs = 1;
 	pg->cap = cap;
 	pg->head_dim = head_dim;
 	pg->bytes = bytes;
@@ -179,6 +180,12 @@ void kv_pool_put(struct kv_pool *p, struct kv_page *pg)
 	p->st.n_pages--;
 	pthread_mutex_unlock(&p->lock);
 	tkv_free(p->alloc, pg);
+}
+
+void kv_page_unref(struct kv_pool *p, struct kv_page *pg)
+{
+	if (pg && --pg->refs == 0)
+		kv_pool_put(p, pg);
 }
 
 void kv_pool_set_used(struct kv_pool *p, struct kv_page *pg, uint32_t n)

@@ -30,13 +30,15 @@
 #include "tierkv.h"
 
 enum kv_page_flags {
-	KV_PAGE_ROT = 1,   /* K and V stored rotated (tier.h) */
+	KV_PAGE_ROT = 1,     /* K and V stored rotated (tier.h) */
+	KV_PAGE_FROZEN = 2,  /* in the prefix tree: read-only for every holder */
+	KV_PAGE_DIRTY = 4,   /* a slot was rewritten in place (no longer pristine) */
 };
 
 struct kv_page {
 	uint8_t fmt;         /* enum kv_fmt */
 	uint8_t flags;       /* enum kv_page_flags */
-	uint16_t reserved;
+	uint16_t refs;       /* holders: streams and the prefix tree (1 when private) */
 	uint32_t cap;        /* slots in this page */
 	uint32_t n_used;     /* slots filled, 0..n_used-1 */
 	uint32_t head_dim;
@@ -88,8 +90,11 @@ int kv_pool_can_fit(struct kv_pool *p, size_t bytes);
  * (*why = TKV_ERR_KV_FULL or TKV_ERR_NOMEM). Ownership: transferred to the
  * caller until kv_pool_put. */
 struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, int *why);
-/* Returns a page (may be NULL). */
+/* Returns a page (may be NULL) whatever its holders. */
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg);
+/* Drops one holder; the last one returns the page. Holders are counted by the
+ * engine's single scheduling thread, so refs need no atomics. */
+void kv_page_unref(struct kv_pool *p, struct kv_page *pg);
 /* Sets pg->n_used to n, keeping the used/kv_bytes/fmt_slots counts exact. */
 void kv_pool_set_used(struct kv_pool *p, struct kv_page *pg, uint32_t n);
 void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out);

@@ -50,7 +50,7 @@ void kv_seq_clear(struct kv_seq *s)
 		struct kv_stream *st = &s->streams[i];
 
 		for (uint32_t j = 0; j < st->n_pages; j++)
-			kv_pool_put(s->pool, st->pages[j]);
+			kv_page_unref(s->pool, st->pages[j]);
 		st->n_pages = 0;
 		st->n_tokens = 0;
 		st->hot_free = 0;

@@ -32,7 +32,7 @@ struct kv_stream {
 	double ent_sum;          /* sum of attention entropies observed (nats) */
 	uint64_t ent_n;          /* queries behind ent_sum */
 	/* counters */
-	uint64_t evicted, demoted, merged;
+	uint64_t evicted, demoted, merged, cow;
 	uint64_t pages_read, pages_skipped;
 };
 
