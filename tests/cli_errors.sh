@@ -62,9 +62,16 @@ for i in $(seq 300); do printf 'Once upon a time '; done >"$tmp/long.txt"
 expect 1 "context" run -m "$model" -f "$tmp/long.txt" -n 4
 # a KV budget too small for the prompt
 expect 1 "budget" run -m "$model" -p "Once upon a time" -n 8 --kv-mem 4K
-# a budget that runs out during generation: the text so far is printed
-expect 1 "budget" run -m "$model" --temp 0 -n 400 --kv-mem 64K
+# the full cache never evicts: a budget that runs out during generation stops
+# it with a message, and the text so far is printed
+expect 1 "budget" run -m "$model" --temp 0 -n 400 --kv-mem 64K --kv-policy full
 if [ -s "$tmp/out" ]; then pass=$((pass + 1)); else echo "FAIL: no text before the budget ran out"; fail=$((fail + 1)); fi
+# the tiered cache (the default) completes 511 tokens in half of what the full
+# cache needs (about 450 KiB for 512 tokens of stories260K)
+expect 0 "" run -m "$model" --temp 0 -n 511 --kv-mem 225K --ignore-eos --kv-stats
+if grep -q "governor runs [1-9]" "$tmp/err"; then pass=$((pass + 1)); else echo "FAIL: the governor did not act: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
+# a budget that cannot even hold the protected window fails clearly
+expect 1 "budget" run -m "$model" --temp 0 -n 100 --kv-mem 20K
 
 # success paths of the other commands
 expect 0 "" tokenize -m "$model" -p "Hello world" --ids
