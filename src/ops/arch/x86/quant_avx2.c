@@ -348,9 +348,26 @@ void quant_act_q8_256_avx2(const float *x, void *out, int64_t n)
 
 /* ---- integer row dots ------------------------------------------------------------------ */
 
+/* Row-dot kernels are written once for any row count and instantiated for
+ * each constant 1..OPS_DOT_ROWS (always_inline + a switch), so the per-row
+ * accumulators live in registers. */
+#define DOT_ROWS_DISPATCH(NAME, IMPL)                                                             \
+	void NAME(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)           \
+	{                                                                                         \
+		switch (nr) {                                                                     \
+		case 4: IMPL(n, w, ws, 4, a, s); break;                                           \
+		case 3: IMPL(n, w, ws, 3, a, s); break;                                           \
+		case 2: IMPL(n, w, ws, 2, a, s); break;                                           \
+		default:                                                                          \
+			for (int r_ = 0; r_ < nr; r_++)                                           \
+				IMPL(n, row_at(w, ws, r_), ws, 1, a, s + r_);                     \
+		}                                                                                 \
+	}
+
 /* q4_0: sum over blocks of dw dy sum((q - 8) y). The -8 comes off in int32
  * as 8 sum(y) per lane group, computed once per block for all rows. */
-void dot_rows_q4_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline __attribute__((always_inline)) void q4_0_rows(int64_t n, const void *w, size_t ws, int nr,
+							    const void *a, float *s)
 {
 	const struct blk_q8_32 *y = a;
 	const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
@@ -376,8 +393,11 @@ void dot_rows_q4_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 		s[r] = hsum_ps(acc[r]);
 }
 
+DOT_ROWS_DISPATCH(dot_rows_q4_0_avx2, q4_0_rows)
+
 /* q8_0: signed times signed through |w| and y with w's sign. */
-void dot_rows_q8_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline __attribute__((always_inline)) void q8_0_rows(int64_t n, const void *w, size_t ws, int nr,
+							    const void *a, float *s)
 {
 	const struct blk_q8_32 *y = a;
 	const __m256i ones = _mm256_set1_epi16(1);
@@ -401,6 +421,8 @@ void dot_rows_q8_0_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 	for (int r = 0; r < nr; r++)
 		s[r] = hsum_ps(acc[r]);
 }
+
+DOT_ROWS_DISPATCH(dot_rows_q8_0_avx2, q8_0_rows)
 
 /* The 8 scales and 8 mins of a q4_k/q5_k block as bytes: sc in the low 8,
  * m in the high 8 (the unpacking of ops_k_scale_min, four at a time). */
