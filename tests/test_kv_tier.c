@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kv/tier.h"
+#include "kv/tier_impl.h"
 #include "ops/ops.h"
 
 /* ---- tolerances ------------------------------------------------------------- */
@@ -1022,6 +1024,165 @@ static void test_rotation_outliers(void **state)
 	}
 }
 
+/* ---- kernels ---------------------------------------------------------------------- */
+
+/* Same bits from two floats, NaN matching any NaN (F16C quiets signalling NaN
+ * halves, which no store produces). */
+static bool same_float(float a, float b)
+{
+	return isnan(a) ? isnan(b) : memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* A float for the f16 store: any exponent around the f16 range, exact ties,
+ * subnormals, overflow, Inf and NaN. */
+static float f16_probe(void)
+{
+	uint32_t r = rng_u32(), u;
+	float f;
+
+	switch (r % 8) {
+	case 0: /* halfway between two halves (a tie), or one float ulp either side */
+		u = ops_f32_to_f16(rng_f(-70000.0f, 70000.0f));
+		f = ops_f16_to_f32((uint16_t)u);
+		memcpy(&u, &f, sizeof u);
+		u = (u & ~0x1fffu) + 0x1000u + (rng_u32() % 3) - 1;
+		memcpy(&f, &u, sizeof f);
+		return f;
+	case 1: /* around the f16 subnormals */
+		return rng_f(-1e-4f, 1e-4f);
+	case 2:
+		u = rng_u32() % 3;
+		return u == 0 ? INFINITY : u == 1 ? -INFINITY : 65520.0f;
+	case 3: /* NaN with a random payload, quiet or not */
+		u = 0x7f800000u | (rng_u32() & 0x807fffffu) | 1u;
+		memcpy(&f, &u, sizeof f);
+		return f;
+	default: /* any bits with an exponent from 2^-30 to 2^20 */
+		u = (rng_u32() & 0x807fffffu) | (uint32_t)(97 + rng_u32() % 51) << 23;
+		memcpy(&f, &u, sizeof f);
+		return f;
+	}
+}
+
+/* The kernels in use give the references' bits on random rows of every
+ * length up to 80 (so every tail path runs), all 65536 halves, and stores of
+ * ties, subnormals, overflow and NaN. Tolerance: none. */
+static void test_kernels_match_ref(void **state)
+{
+	const struct kv_tier_kernels *ref = kv_tier_kernels_ref(), *k = kv_tier_kernels();
+	enum { N = 80 };
+	uint16_t h[N], h1[N], h2[N];
+	int8_t q8[N];
+	uint8_t codes[N];
+	float x[N], y1[N], y2[N], s[N], m[N];
+
+	(void)state;
+	print_message("KV row kernels: %s\n", kv_tier_kernel_name());
+	assert_ptr_equal(ref->f16_load, kv_tier_f16_load_ref);
+	rng_seed(12);
+	for (uint32_t base = 0; base < 65536; base += N) {
+		uint32_t n = 65536 - base < N ? 65536 - base : N;
+
+		for (uint32_t i = 0; i < n; i++)
+			h[i] = (uint16_t)(base + i);
+		ref->f16_load(h, y1, n);
+		k->f16_load(h, y2, n);
+		for (uint32_t i = 0; i < n; i++)
+			if (!same_float(y1[i], y2[i]))
+				fail_msg("f16_load 0x%04x: %a, reference %a", h[i], (double)y2[i], (double)y1[i]);
+	}
+	for (int rep = 0; rep < 2000; rep++) {
+		uint32_t n = (uint32_t)rep % (N + 1), bits = rep % 2 ? 4 : 2, na = n - n % (8 / bits);
+		float sc = rng_f(-3.0f, 3.0f);
+
+		for (uint32_t i = 0; i < N; i++) {
+			x[i] = f16_probe();
+			q8[i] = (int8_t)(rng_u32() % 255 - 127);
+			codes[i] = (uint8_t)rng_u32();
+			s[i] = rng_f(0.0f, 2.0f);
+			m[i] = rng_f(-5.0f, 5.0f);
+		}
+		ref->f16_store(x, h1, n);
+		k->f16_store(x, h2, n);
+		for (uint32_t i = 0; i < n; i++)
+			if (h1[i] != h2[i])
+				fail_msg("f16_store %a: 0x%04x, reference 0x%04x", (double)x[i], h2[i], h1[i]);
+		ref->q8_load(q8, sc, y1, n);
+		k->q8_load(q8, sc, y2, n);
+		for (uint32_t i = 0; i < n; i++)
+			assert_true(same_float(y1[i], y2[i]));
+		for (uint32_t i = 0; i < N; i++) {
+			h1[i] = ops_f32_to_f16(s[i]);
+			h2[i] = ops_f32_to_f16(m[i]);
+		}
+		ref->asym_load_k(bits, codes, h1, h2, y1, na);
+		k->asym_load_k(bits, codes, h1, h2, y2, na);
+		for (uint32_t i = 0; i < na; i++)
+			if (!same_float(y1[i], y2[i]))
+				fail_msg("asym_load_k q%u n %u channel %u: %a, reference %a", bits, na, i, (double)y2[i],
+					 (double)y1[i]);
+		/* values: any d the format takes, groups of 32 and a shorter last one */
+		if (na > 0 && kv_fmt_ok(bits == 4 ? KV_FMT_Q4 : KV_FMT_Q2, na)) {
+			for (uint32_t i = 0; i < N; i++)
+				h1[i] = ops_f32_to_f16(i % 2 ? rng_f(-5.0f, 5.0f) : rng_f(0.0f, 2.0f));
+			ref->asym_load_v(bits, codes, h1, y1, na);
+			k->asym_load_v(bits, codes, h1, y2, na);
+			for (uint32_t i = 0; i < na; i++)
+				if (!same_float(y1[i], y2[i]))
+					fail_msg("asym_load_v q%u d %u channel %u: %a, reference %a", bits, na, i,
+						 (double)y2[i], (double)y1[i]);
+		}
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Not a check: what loading costs per format (keys and values of full pages,
+ * d = 128, cap = 64), in ns per slot and GB/s of page bytes read. */
+static void test_speed(void **state)
+{
+	enum { CAP = 64, D = 128, PAGES = 64, REPS = 8 };
+	float *K = alloc_floats(CAP * D), *V = alloc_floats(CAP * D), *out = alloc_floats(CAP * D);
+
+	(void)state;
+	rng_seed(13);
+	fill(K, CAP, D, DATA_GAUSS);
+	fill(V, CAP, D, DATA_GAUSS);
+	for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
+		size_t kb = kv_tier_k_bytes(f, CAP, D), vb = kv_tier_v_bytes(f, CAP, D);
+		unsigned char *k = malloc(kb * PAGES), *v = malloc(vb * PAGES);
+		double t0, t1, t2, slots = (double)REPS * PAGES * CAP;
+
+		assert_non_null(k);
+		assert_non_null(v);
+		t0 = now_s();
+		for (int p = 0; p < PAGES; p++)
+			kv_tier_pack(f, k + p * kb, v + p * vb, CAP, D, K, V, CAP);
+		t1 = now_s();
+		for (int r = 0; r < REPS; r++)
+			for (int p = 0; p < PAGES; p++)
+				for (uint32_t j = 0; j < CAP; j++) {
+					kv_tier_load_k(f, k + p * kb, CAP, D, j, out);
+					kv_tier_load_v(f, v + p * vb, CAP, D, j, out + D);
+				}
+		t2 = now_s();
+		print_message("%s (%s): pack %.0f ns/slot, load K+V %.0f ns/slot, %.1f GB/s\n", kv_fmt_name(f),
+			      kv_tier_kernel_name(), (t1 - t0) / (PAGES * CAP) * 1e9, (t2 - t1) / slots * 1e9,
+			      (double)(kb + vb) * PAGES * REPS / (t2 - t1) * 1e-9);
+		free(k);
+		free(v);
+	}
+	free(K);
+	free(V);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1041,6 +1202,8 @@ int main(void)
 		cmocka_unit_test(test_rotation_orthogonal),
 		cmocka_unit_test(test_rotation_fixed),
 		cmocka_unit_test(test_rotation_outliers),
+		cmocka_unit_test(test_kernels_match_ref),
+		cmocka_unit_test(test_speed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

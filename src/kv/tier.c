@@ -1,15 +1,19 @@
 /* tier.c - KV page storage formats (layouts in tier.h): quantize, dequantize,
- * bounds and the rotation, as scalar reference code. The loops are kept plain
- * (one channel per iteration, parameters decoded to float arrays first) so the
- * compiler can vectorize them. */
+ * bounds and the rotation. Loads and f16 stores go through the row kernels of
+ * tier_impl.h (scalar references here, faster ones from src/kv/arch/ when the
+ * CPU has them); quantizing stays scalar, with plain loops the compiler can
+ * vectorize (comparisons instead of fminf/fmaxf, no branches in the body). */
 #include "kv/tier.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kv/tier_impl.h"
 #include "ops/ops.h"
 
-#define V_GROUP 32      /* G, channels per value group (fewer when d < 32) */
+#define V_GROUP KV_V_GROUP /* G, channels per value group (all when d < 32) */
 #define CHUNK 64        /* channels processed at once (stack arrays) */
 #define F16_MAX 65504.0f
 #define ROT_SEED 0x74696572b7c5a3d1ull  /* fixed: rotated pages depend on it */
@@ -118,32 +122,54 @@ size_t kv_tier_v_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
 	return kv_tier_k_bytes(fmt, cap, d);
 }
 
-/* ---- half floats ------------------------------------------------------------ */
+/* ---- half floats and rounding -------------------------------------------- */
 
-/* f16 -> f32, bit-exact with ops_f16_to_f32 (tested over all 65536 halves) but
- * inline and without branches the compiler cannot turn into selects. */
-static inline float h2f(uint16_t h)
+static inline uint32_t f2u(float f)
 {
-	uint32_t o = ((uint32_t)h & 0x7fffu) << 13; /* exponent and mantissa */
-	uint32_t exp = o & 0x0f800000u;
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+static inline float u2f(uint32_t u)
+{
 	float f;
 
-	o += (uint32_t)(127 - 15) << 23;           /* rebias the exponent */
-	if (exp == 0x0f800000u) {                  /* Inf / NaN: exponent 255 */
-		o += (uint32_t)(128 - 16) << 23;
-	} else if (exp == 0) {                     /* zero / subnormal: renormalize */
-		uint32_t magic = (uint32_t)113 << 23; /* 2^-14 */
-		float fm;
-
-		o += 1u << 23;
-		memcpy(&f, &o, sizeof f);
-		memcpy(&fm, &magic, sizeof fm);
-		f -= fm;
-		memcpy(&o, &f, sizeof o);
-	}
-	o |= ((uint32_t)h & 0x8000u) << 16;
-	memcpy(&f, &o, sizeof f);
+	memcpy(&f, &u, sizeof f);
 	return f;
+}
+
+/* f16 -> f32 with masks instead of branches, so loops of it vectorize; the
+ * same bits as ops_f16_to_f32 (tested over all 65536 halves). */
+static inline float h2f(uint16_t h)
+{
+	uint32_t em = h & 0x7fffu;                                  /* exponent, mantissa */
+	uint32_t norm = (em << 13) + ((uint32_t)(127 - 15) << 23);  /* rebiased */
+	uint32_t sub = f2u((float)em * 0x1p-24f);                   /* exponent 0: exact */
+	uint32_t is_sub = 0u - (uint32_t)(em < 0x400u);
+	uint32_t is_inf = 0u - (uint32_t)(em >= 0x7c00u);           /* exponent 31 -> 255 */
+	uint32_t o = (sub & is_sub) | ((norm + (is_inf & ((uint32_t)(128 - 16) << 23))) & ~is_sub);
+
+	return u2f(o | (uint32_t)(h & 0x8000u) << 16);
+}
+
+/* The same for one value outside a loop: a branch (normal numbers are the
+ * rule) is cheaper than computing every case. */
+static inline float h2f1(uint16_t h)
+{
+	uint32_t em = h & 0x7fffu;
+
+	if (em - 0x400u < 0x7c00u - 0x400u) /* normal */
+		return u2f(((em << 13) + ((uint32_t)(127 - 15) << 23)) | (uint32_t)(h & 0x8000u) << 16);
+	return h2f(h);
+}
+
+/* Round to nearest even, for |v| < 2^22: adding 1.5 * 2^23 leaves no
+ * fraction bits, so the addition rounds and the subtraction is exact. */
+static inline float rne(float v)
+{
+	return (v + 0x1.8p23f) - 0x1.8p23f;
 }
 
 /* The largest f16 <= x (saturating at -F16_MAX .. F16_MAX; x not NaN). */
@@ -156,7 +182,7 @@ static uint16_t f16_down(float x)
 	if (x <= -F16_MAX)
 		return 0xfbff;
 	h = ops_f32_to_f16(x);
-	if (h2f(h) > x) /* one step toward -Inf */
+	if (h2f1(h) > x) /* one step toward -Inf */
 		h = h == 0x0000 ? 0x8001 : (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
 	return h;
 }
@@ -167,7 +193,115 @@ static uint16_t f16_up(float x)
 	return (uint16_t)(f16_down(-x) ^ 0x8000);
 }
 
-/* ---- codes ------------------------------------------------------------------ */
+/* ---- row kernels: the scalar references ----------------------------------- */
+
+void kv_tier_f16_load_ref(const uint16_t *h, float *x, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		x[i] = h2f(h[i]);
+}
+
+void kv_tier_f16_store_ref(const float *x, uint16_t *h, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		h[i] = ops_f32_to_f16(x[i]);
+}
+
+void kv_tier_q8_load_ref(const int8_t *q, float s, float *x, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		x[i] = s * (float)q[i];
+}
+
+/* Codes [0, n) of a packed row, one per byte (n a multiple of 8 / bits). */
+static void unpack_codes(uint32_t bits, const uint8_t *codes, uint8_t *q, uint32_t n)
+{
+	if (bits == 4) {
+		for (uint32_t j = 0; j < n / 2; j++) {
+			q[2 * j] = codes[j] & 15;
+			q[2 * j + 1] = codes[j] >> 4;
+		}
+	} else {
+		for (uint32_t j = 0; j < n / 4; j++)
+			for (uint32_t i = 0; i < 4; i++)
+				q[4 * j + i] = (codes[j] >> (2 * i)) & 3;
+	}
+}
+
+void kv_tier_asym_load_k_ref(uint32_t bits, const uint8_t *codes, const uint16_t *s, const uint16_t *m, float *x,
+			     uint32_t n)
+{
+	for (uint32_t c0 = 0; c0 < n; c0 += CHUNK) {
+		uint32_t nc = n - c0 < CHUNK ? n - c0 : CHUNK;
+		float sf[CHUNK], mf[CHUNK];
+		uint8_t q[CHUNK];
+
+		kv_tier_f16_load_ref(s + c0, sf, nc);
+		kv_tier_f16_load_ref(m + c0, mf, nc);
+		unpack_codes(bits, codes + c0 * bits / 8, q, nc);
+		for (uint32_t c = 0; c < nc; c++)
+			x[c0 + c] = mf[c] + sf[c] * (float)q[c];
+	}
+}
+
+void kv_tier_asym_load_v_ref(uint32_t bits, const uint8_t *codes, const uint16_t *par, float *x, uint32_t d)
+{
+	uint32_t G = d < KV_V_GROUP ? d : KV_V_GROUP;
+
+	for (uint32_t c0 = 0, g = 0; c0 < d; c0 += G, g++) {
+		uint32_t nc = d - c0 < G ? d - c0 : G;
+		float s = h2f1(par[2 * g]), m = h2f1(par[2 * g + 1]);
+		uint8_t q[KV_V_GROUP];
+
+		unpack_codes(bits, codes + c0 * bits / 8, q, nc);
+		for (uint32_t c = 0; c < nc; c++)
+			x[c0 + c] = m + s * (float)q[c];
+	}
+}
+
+static const struct kv_tier_kernels kernels_ref = {
+	.f16_load = kv_tier_f16_load_ref,
+	.f16_store = kv_tier_f16_store_ref,
+	.q8_load = kv_tier_q8_load_ref,
+	.asym_load_k = kv_tier_asym_load_k_ref,
+	.asym_load_v = kv_tier_asym_load_v_ref,
+};
+
+/* The kernels in use: written once (pthread_once) before the first use and
+ * only read after that, like the ops tables. */
+static struct kv_tier_kernels kernels;
+static const char *kernels_name = "ref";
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+/* TIERKV_KERNELS=ref keeps the scalar references (to compare or debug). */
+static void kernels_select(void)
+{
+	const char *env = getenv("TIERKV_KERNELS");
+
+	kernels = kernels_ref;
+	if (env && !strcmp(env, "ref"))
+		return;
+	kernels_name = kv_tier_arch_select(&kernels);
+}
+
+const struct kv_tier_kernels *kv_tier_kernels_ref(void)
+{
+	return &kernels_ref;
+}
+
+const struct kv_tier_kernels *kv_tier_kernels(void)
+{
+	pthread_once(&kernels_once, kernels_select);
+	return &kernels;
+}
+
+const char *kv_tier_kernel_name(void)
+{
+	pthread_once(&kernels_once, kernels_select);
+	return kernels_name;
+}
+
+/* ---- quantizing ------------------------------------------------------------- */
 
 /* Asymmetric parameters of L levels over [lo, hi]: stored min (the f16 at or
  * below lo) and scale (the smallest f16 whose top level m + s L, computed in
@@ -181,22 +315,46 @@ static void asym_params(float lo, float hi, float L, uint16_t *s16, uint16_t *m1
 	float s;
 
 	*m16 = f16_down(lo);
-	*m = h2f(*m16);
+	*m = h2f1(*m16);
 	*s16 = f16_up((hi - *m) / L); /* >= 0: hi >= lo >= m */
-	if (*s16 > 0 && *m + h2f((uint16_t)(*s16 - 1)) * L >= hi)
+	if (*s16 > 0 && *m + h2f1((uint16_t)(*s16 - 1)) * L >= hi)
 		(*s16)--;
-	else if (*s16 < 0x7bff && *m + h2f(*s16) * L < hi)
+	else if (*s16 < 0x7bff && *m + h2f1(*s16) * L < hi)
 		(*s16)++;
-	s = h2f(*s16);
+	s = h2f1(*s16);
 	*inv = s > 0.0f ? 1.0f / s : 0.0f;
 }
 
 /* Code of x: round((x - m) / s) clamped to [0, L] (NaN -> 0). */
 static inline uint8_t asym_code(float x, float m, float inv, float L)
 {
-	float q = fminf(fmaxf((x - m) * inv, 0.0f), L);
+	float q = (x - m) * inv;
 
-	return (uint8_t)(q + 0.5f);
+	q = q > 0.0f ? q : 0.0f;
+	q = q < L ? q : L;
+	return (uint8_t)rne(q);
+}
+
+/* Whether every x in [lo, hi] codes into [0, L] without clamping: (x - m) *
+ * inv is monotonic in x, so the ends decide. False for NaN and for ranges
+ * past what f16 parameters reach. */
+static inline bool asym_in_range(float lo, float hi, float m, float inv, float L)
+{
+	return (lo - m) * inv > -0.5f && (hi - m) * inv < L + 0.5f;
+}
+
+/* Codes of n values with per-channel (m, inv), clamped only when needed: the
+ * plain loop vectorizes, the clamping one does not. */
+static void asym_codes(const float *x, const float *m, const float *inv, float L, bool in_range, uint8_t *q,
+		       uint32_t n)
+{
+	if (in_range) {
+		for (uint32_t c = 0; c < n; c++)
+			q[c] = (uint8_t)rne((x[c] - m[c]) * inv[c]);
+	} else {
+		for (uint32_t c = 0; c < n; c++)
+			q[c] = asym_code(x[c], m[c], inv[c], L);
+	}
 }
 
 /* Packs n codes of `bits` bits (n a multiple of 8 / bits) into out. */
@@ -211,40 +369,64 @@ static void pack_codes(uint32_t bits, const uint8_t *q, uint32_t n, uint8_t *out
 	}
 }
 
-static void unpack_codes(uint32_t bits, const uint8_t *in, uint32_t n, uint8_t *q)
+/* Float order as int32 order (NaN aside): the sign bit stays and negative
+ * magnitudes are flipped; its own inverse. Integer min/max vectorize where
+ * float selects do not (the compiler must assume a NaN compare may trap). */
+static inline int32_t ford(float f)
 {
-	if (bits == 4) {
-		for (uint32_t j = 0; j < n / 2; j++) {
-			q[2 * j] = in[j] & 15;
-			q[2 * j + 1] = in[j] >> 4;
-		}
-	} else {
-		for (uint32_t j = 0; j < n / 4; j++) {
-			q[4 * j] = in[j] & 3;
-			q[4 * j + 1] = (in[j] >> 2) & 3;
-			q[4 * j + 2] = (in[j] >> 4) & 3;
-			q[4 * j + 3] = in[j] >> 6;
-		}
+	uint32_t u = f2u(f);
+
+	return (int32_t)(u ^ ((0u - (u >> 31)) >> 1));
+}
+
+static inline float ford_inv(int32_t i)
+{
+	uint32_t u = (uint32_t)i;
+
+	return u2f(u ^ ((0u - (u >> 31)) >> 1));
+}
+
+/* lo/hi <- the min/max of lo/hi and x, elementwise over n (in ford order). */
+static void minmax(const float *x, int32_t *lo, int32_t *hi, uint32_t n)
+{
+	for (uint32_t c = 0; c < n; c++) {
+		int32_t v = ford(x[c]);
+
+		lo[c] = v < lo[c] ? v : lo[c];
+		hi[c] = v > hi[c] ? v : hi[c];
 	}
 }
 
-/* ---- per-slot formats (f32, f16, q8) and q4/q2 value rows ------------------ */
+/* ---- per-slot layouts: f32, f16, q8 (K and V), q4/q2 values ----------------- */
 
 static void store_q8(void *reg, uint32_t cap, uint32_t d, uint32_t slot, const float *x)
 {
 	uint16_t *scale = reg;
 	int8_t *q = (int8_t *)((uint8_t *)reg + 2 * (size_t)cap) + (size_t)slot * d;
-	float amax = 0.0f, s, inv;
+	uint32_t abits = 0;
+	float amax, s, inv;
 
-	for (uint32_t c = 0; c < d; c++)
-		amax = fmaxf(amax, fabsf(x[c]));
-	scale[slot] = ops_f32_to_f16(fminf(amax / 127.0f, F16_MAX));
-	s = h2f(scale[slot]);
+	for (uint32_t c = 0; c < d; c++) { /* |x| orders like its bits */
+		uint32_t a = f2u(x[c]) & 0x7fffffffu;
+
+		abits = a > abits ? a : abits;
+	}
+	amax = u2f(abits);
+	s = amax / 127.0f;
+	scale[slot] = ops_f32_to_f16(s < F16_MAX ? s : F16_MAX);
+	s = h2f1(scale[slot]);
 	inv = s > 0.0f ? 1.0f / s : 0.0f;
+	if (amax * inv < 127.5f) { /* every code in range (false for NaN, saturation) */
+		for (uint32_t c = 0; c < d; c++)
+			q[c] = (int8_t)rne(x[c] * inv);
+		return;
+	}
 	for (uint32_t c = 0; c < d; c++) {
-		float v = fminf(fmaxf(x[c] * inv, -127.0f), 127.0f);
+		float v = x[c] * inv;
 
-		q[c] = (int8_t)(v + (v >= 0.0f ? 0.5f : -0.5f));
+		v = v > -127.0f ? v : -127.0f; /* NaN -> -127 */
+		v = v < 127.0f ? v : 127.0f;
+		q[c] = (int8_t)rne(v);
 	}
 }
 
@@ -259,34 +441,37 @@ static void store_v_asym(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint
 
 	for (uint32_t g = 0; g < ng; g++) {
 		uint32_t c0 = g * G, nc = d - c0 < G ? d - c0 : G;
-		float lo = x[c0], hi = x[c0], m, inv;
+		int32_t ilo = ford(x[c0]), ihi = ilo;
+		float lo, hi, m[V_GROUP], inv[V_GROUP];
 
 		for (uint32_t c = 1; c < nc; c++) {
-			lo = fminf(lo, x[c0 + c]);
-			hi = fmaxf(hi, x[c0 + c]);
+			int32_t v = ford(x[c0 + c]);
+
+			ilo = v < ilo ? v : ilo;
+			ihi = v > ihi ? v : ihi;
 		}
-		asym_params(lo, hi, L, &par[2 * g], &par[2 * g + 1], &m, &inv);
-		for (uint32_t c = 0; c < nc; c++)
-			q[c] = asym_code(x[c0 + c], m, inv, L);
+		lo = ford_inv(ilo);
+		hi = ford_inv(ihi);
+		asym_params(lo, hi, L, &par[2 * g], &par[2 * g + 1], &m[0], &inv[0]);
+		for (uint32_t c = 1; c < nc; c++) {
+			m[c] = m[0];
+			inv[c] = inv[0];
+		}
+		asym_codes(x + c0, m, inv, L, asym_in_range(lo, hi, m[0], inv[0], L), q, nc);
 		pack_codes(bits, q, nc, codes + (size_t)c0 * bits / 8);
 	}
 }
 
-/* Stores one row in a per-slot layout: f32, f16, q8 (K or V alike), and q4/q2
- * values. */
+/* Stores one row of a per-slot layout. */
 static void store_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t slot, const float *x)
 {
 	switch (fmt) {
 	case KV_FMT_F32:
 		memcpy((float *)reg + (size_t)slot * d, x, d * sizeof(float));
 		break;
-	case KV_FMT_F16: {
-		uint16_t *h = (uint16_t *)reg + (size_t)slot * d;
-
-		for (uint32_t c = 0; c < d; c++)
-			h[c] = ops_f32_to_f16(x[c]);
+	case KV_FMT_F16:
+		kv_tier_kernels()->f16_store(x, (uint16_t *)reg + (size_t)slot * d, d);
 		break;
-	}
 	case KV_FMT_Q8:
 		store_q8(reg, cap, d, slot, x);
 		break;
@@ -307,19 +492,13 @@ static void load_row_part(uint32_t fmt, const void *reg, uint32_t cap, uint32_t 
 	case KV_FMT_F32:
 		memcpy(x, (const float *)reg + off, n * sizeof(float));
 		break;
-	case KV_FMT_F16: {
-		const uint16_t *h = (const uint16_t *)reg + off;
-
-		for (uint32_t c = 0; c < n; c++)
-			x[c] = h2f(h[c]);
+	case KV_FMT_F16:
+		kv_tier_kernels()->f16_load((const uint16_t *)reg + off, x, n);
 		break;
-	}
 	case KV_FMT_Q8: {
 		const int8_t *q = (const int8_t *)((const uint8_t *)reg + 2 * (size_t)cap) + off;
-		float s = h2f(((const uint16_t *)reg)[slot]);
 
-		for (uint32_t c = 0; c < n; c++)
-			x[c] = s * (float)q[c];
+		kv_tier_kernels()->q8_load(q, h2f1(((const uint16_t *)reg)[slot]), x, n);
 		break;
 	}
 	}
@@ -327,22 +506,14 @@ static void load_row_part(uint32_t fmt, const void *reg, uint32_t cap, uint32_t 
 
 static void load_v_asym(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, uint32_t slot, float *x)
 {
-	uint32_t bits = traits[fmt].bits, ng = n_groups(d), G = d < V_GROUP ? d : V_GROUP;
+	uint32_t ng = n_groups(d);
 	const uint16_t *par = (const uint16_t *)reg + (size_t)slot * ng * 2;
 	const uint8_t *codes = (const uint8_t *)reg + 4 * (size_t)cap * ng + (size_t)slot * row_bytes(fmt, d);
-	uint8_t q[V_GROUP];
 
-	for (uint32_t g = 0; g < ng; g++) {
-		uint32_t c0 = g * G, nc = d - c0 < G ? d - c0 : G;
-		float s = h2f(par[2 * g]), m = h2f(par[2 * g + 1]);
-
-		unpack_codes(bits, codes + (size_t)c0 * bits / 8, nc, q);
-		for (uint32_t c = 0; c < nc; c++)
-			x[c0 + c] = m + s * (float)q[c];
-	}
+	kv_tier_kernels()->asym_load_v(traits[fmt].bits, codes, par, x, d);
 }
 
-/* Loads one row of a per-slot layout (see store_row). */
+/* Loads one row of a per-slot layout. */
 static void load_row(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, uint32_t slot, float *x)
 {
 	if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
@@ -392,57 +563,40 @@ static void pack_k_asym(uint32_t fmt, void *reg, uint32_t d, const float *K, uin
 
 	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
 		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
-		float lo[CHUNK], hi[CHUNK], m[CHUNK], inv[CHUNK];
+		int32_t lo[CHUNK], hi[CHUNK];
+		float m[CHUNK], inv[CHUNK];
 		uint8_t q[CHUNK];
+		bool in_range = true;
 
-		memcpy(lo, K + c0, nc * sizeof(float));
-		memcpy(hi, K + c0, nc * sizeof(float));
-		for (uint32_t s = 1; s < n; s++) {
-			const float *x = K + (size_t)s * d + c0;
-
-			for (uint32_t c = 0; c < nc; c++) {
-				lo[c] = fminf(lo[c], x[c]);
-				hi[c] = fmaxf(hi[c], x[c]);
-			}
-		}
 		for (uint32_t c = 0; c < nc; c++)
-			asym_params(lo[c], hi[c], L, &ps[c0 + c], &pm[c0 + c], &m[c], &inv[c]);
-		for (uint32_t s = 0; s < n; s++) {
-			const float *x = K + (size_t)s * d + c0;
+			lo[c] = hi[c] = ford(K[c0 + c]);
+		for (uint32_t s = 1; s < n; s++)
+			minmax(K + (size_t)s * d + c0, lo, hi, nc);
+		for (uint32_t c = 0; c < nc; c++) {
+			float flo = ford_inv(lo[c]), fhi = ford_inv(hi[c]);
 
-			for (uint32_t c = 0; c < nc; c++)
-				q[c] = asym_code(x[c], m[c], inv[c], L);
+			asym_params(flo, fhi, L, &ps[c0 + c], &pm[c0 + c], &m[c], &inv[c]);
+			in_range = in_range && asym_in_range(flo, fhi, m[c], inv[c], L);
+		}
+		for (uint32_t s = 0; s < n; s++) {
+			asym_codes(K + (size_t)s * d + c0, m, inv, L, in_range, q, nc);
 			pack_codes(bits, q, nc, codes + (size_t)s * rb + (size_t)c0 * bits / 8);
 		}
 	}
 }
 
-/* Keys of slots [s0, s0 + n): the channel parameters are decoded once per
- * chunk of channels, then each slot is min + scale * code. */
+/* Keys of slots [s0, s0 + n): min + scale * code, the f16 parameters
+ * converted on the fly (cheaper than decoding them to arrays first, even for
+ * a whole page). */
 static void load_k_asym(uint32_t fmt, const void *reg, uint32_t d, uint32_t s0, uint32_t n, float *K)
 {
-	uint32_t bits = traits[fmt].bits;
+	const struct kv_tier_kernels *k = kv_tier_kernels();
 	const uint16_t *ps = reg, *pm = ps + d;
 	const uint8_t *codes = (const uint8_t *)reg + 4 * (size_t)d;
 	size_t rb = row_bytes(fmt, d);
 
-	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
-		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
-		float s[CHUNK], m[CHUNK];
-		uint8_t q[CHUNK];
-
-		for (uint32_t c = 0; c < nc; c++) {
-			s[c] = h2f(ps[c0 + c]);
-			m[c] = h2f(pm[c0 + c]);
-		}
-		for (uint32_t i = 0; i < n; i++) {
-			float *x = K + (size_t)i * d + c0;
-
-			unpack_codes(bits, codes + (s0 + i) * rb + (size_t)c0 * bits / 8, nc, q);
-			for (uint32_t c = 0; c < nc; c++)
-				x[c] = m[c] + s[c] * (float)q[c];
-		}
-	}
+	for (uint32_t i = 0; i < n; i++)
+		k->asym_load_k(traits[fmt].bits, codes + (s0 + i) * rb, ps, pm, K + (size_t)i * d, d);
 }
 
 /* ---- public entry points ------------------------------------------------------ */
@@ -525,27 +679,29 @@ void kv_tier_key_bounds(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d
 		/* The same float expression as the loads (m + s * q at q = 0 and
 		 * q = L), widened by one ulp in case a kernel fuses it into an fma. */
 		for (uint32_t c = 0; c < d; c++) {
-			float s = h2f(ps[c]), m = h2f(pm[c]);
+			float s = h2f1(ps[c]), m = h2f1(pm[c]);
 
 			kmin[c] = m;
 			kmax[c] = nextafterf(m + s * L, INFINITY);
 		}
 		return;
 	}
-	for (uint32_t c = 0; c < d; c++) {
-		kmin[c] = INFINITY;
-		kmax[c] = -INFINITY;
-	}
-	for (uint32_t s = 0; s < n; s++) {
-		for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
-			uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
-			float x[CHUNK];
+	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
+		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
+		int32_t lo[CHUNK], hi[CHUNK];
+		float x[CHUNK];
 
+		for (uint32_t c = 0; c < nc; c++) {
+			lo[c] = ford(INFINITY);
+			hi[c] = ford(-INFINITY);
+		}
+		for (uint32_t s = 0; s < n; s++) {
 			load_row_part(fmt, kreg, cap, d, s, c0, nc, x);
-			for (uint32_t c = 0; c < nc; c++) {
-				kmin[c0 + c] = fminf(kmin[c0 + c], x[c]);
-				kmax[c0 + c] = fmaxf(kmax[c0 + c], x[c]);
-			}
+			minmax(x, lo, hi, nc);
+		}
+		for (uint32_t c = 0; c < nc; c++) {
+			kmin[c0 + c] = ford_inv(lo[c]);
+			kmax[c0 + c] = ford_inv(hi[c]);
 		}
 	}
 }
@@ -570,7 +726,7 @@ static void apply_signs(float *x, uint32_t d)
 		uint32_t n = d - i0 < 64 ? d - i0 : 64;
 
 		for (uint32_t j = 0; j < n; j++)
-			x[i0 + j] *= 1.0f - 2.0f * (float)((w >> j) & 1);
+			x[i0 + j] = u2f(f2u(x[i0 + j]) ^ (uint32_t)((w >> j) & 1) << 31);
 	}
 }
 

@@ -47,8 +47,9 @@
  * All functions take the page's K and V regions (at least 2-byte aligned; the
  * pool gives 64) and trust their caller (the cache) for sizes and indices:
  * fmt < KV_FMT_COUNT, kv_fmt_ok(fmt, d), slots < cap. Nothing allocates;
- * regions and float rows are borrowed for the call. Thread safety: none needed
- * beyond the caller's (no shared state). */
+ * regions and float rows are borrowed for the call. Thread safety: calls on
+ * different pages may run concurrently (the only shared state is the table of
+ * row kernels, chosen once by CPU feature at first use; see tier_impl.h). */
 #ifndef TKV_KV_TIER_H
 #define TKV_KV_TIER_H
 
@@ -101,8 +102,7 @@ void kv_tier_pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d
 void kv_tier_load_k(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t slot, float *k);
 void kv_tier_load_v(uint32_t fmt, const void *vreg, uint32_t cap, uint32_t d, uint32_t slot, float *v);
 /* Dequantized keys / values of slots [s0, s0 + n) into n rows of d floats
- * (the same numbers as n single loads; q4/q2 keys decode their per-channel
- * parameters once instead of per slot). */
+ * (the same numbers as n single loads). */
 void kv_tier_load_k_slots(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t s0,
 			  uint32_t n, float *K);
 void kv_tier_load_v_slots(uint32_t fmt, const void *vreg, uint32_t cap, uint32_t d, uint32_t s0,

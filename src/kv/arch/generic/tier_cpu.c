@@ -1,0 +1,9 @@
+/* tier_cpu.c - architectures without KV row kernels of their own: the scalar
+ * references stay in the table. */
+#include "kv/tier_impl.h"
+
+const char *kv_tier_arch_select(struct kv_tier_kernels *k)
+{
+	(void)k;
+	return "ref";
+}
