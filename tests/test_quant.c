@@ -29,6 +29,13 @@
 /* The references against an exact double sum of dequantized weight times
  * dequantized activation: the same float bound (the integer dot is exact). */
 #define TOL_DOT_EXACT_REL 3e-5
+/* Panels: the same integer sums as the reference; the float part is one FMA
+ * per block in the SIMD version against a multiply and an add: the dot bound. */
+#define TOL_PANEL_SIMD_REL 3e-5
+/* Matmuls against exact float activations: the activations are rounded to 8
+ * bits per block of 32 (a step of amax/127), so each product moves by at most
+ * |w| amax / 254; plus the float bound above, relative to sum |w x|. */
+#define TOL_MATMUL_FLOAT_REL 3e-5
 /* Weight quantizers: each value lands within half a step of the block's
  * grid, plus the rounding of the scales to f16 / 6 bits. The step of each
  * type relative to the block's largest magnitude (or range, for the affine
@@ -145,6 +152,14 @@ static const ops_dot_rows_fn ref_dot[TKV_DTYPE_COUNT] = {
 	[TKV_F32] = dot_rows_f32_ref, [TKV_F16] = dot_rows_f16_ref, [TKV_BF16] = dot_rows_bf16_ref,
 	[TKV_Q4_0] = dot_rows_q4_0_ref, [TKV_Q8_0] = dot_rows_q8_0_ref, [TKV_Q4_K] = dot_rows_q4_k_ref,
 	[TKV_Q5_K] = dot_rows_q5_k_ref, [TKV_Q6_K] = dot_rows_q6_k_ref,
+};
+
+static const ops_pack_fn ref_pack[TKV_DTYPE_COUNT] = {
+	[TKV_Q4_0] = pack_q4_0_ref, [TKV_Q8_0] = pack_q8_0_ref, [TKV_Q4_K] = pack_q4_k_ref, [TKV_Q5_K] = pack_q5_k_ref,
+};
+
+static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
+	[TKV_Q4_0] = panel_u_ref, [TKV_Q8_0] = panel_s8_ref, [TKV_Q4_K] = panel_u_ref, [TKV_Q5_K] = panel_u_ref,
 };
 
 static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
@@ -394,16 +409,85 @@ static void test_quantize_round_trip(void **state)
 	assert_int_equal(ops_quantize_row(TKV_Q4_0, x, q, 33), -1);
 }
 
-/* Threaded matmul (one and several matrices, decode and prefill sizes) equals
- * the per-row dots of the selected kernel, bit for bit. */
+/* Panels: SIMD packing gives the reference's bytes (partial panels too), the
+ * SIMD panel dot agrees with the reference, and the reference agrees with the
+ * exact dot of the dequantized weights and activations. */
+static void test_panels(void **state)
+{
+	enum { N = 1024 };
+	static unsigned char rows[OPS_PANEL_ROWS][N * 2];
+	static unsigned char want[N / 32 * OPS_PANEL_BLOCK], got[N / 32 * OPS_PANEL_BLOCK];
+	static struct blk_q8_32 act[OPS_PANEL_COLS][N / 32];
+	static float x[N], wv[N];
+	float s_ref[OPS_PANEL_COLS * OPS_PANEL_ROWS], s_simd[OPS_PANEL_COLS * OPS_PANEL_ROWS];
+
+	(void)state;
+	rng_state = 16;
+	for (size_t t = 0; t < N_TYPES; t++) {
+		uint32_t type = types[t];
+		const struct ops_type_kernels *k = ops_kernels(type);
+		size_t ws = sizeof rows[0];
+
+		if (!ref_pack[type]) {
+			assert_null(k->pack);
+			continue;
+		}
+		assert_non_null(k->pack);
+		assert_non_null(k->panel);
+		for (int rep = 0; rep < 8; rep++) {
+			int nr = rep == 3 ? 5 : OPS_PANEL_ROWS, nc = 1 + rep % OPS_PANEL_COLS;
+
+			for (int r = 0; r < OPS_PANEL_ROWS; r++)
+				make_row(type, N, rows[r]);
+			memset(want, 0xaa, sizeof want);
+			memset(got, 0x55, sizeof got);
+			ref_pack[type](rows, ws, nr, N, want);
+			k->pack(rows, ws, nr, N, got);
+			if (memcmp(want, got, sizeof want) != 0)
+				fail_msg("%s: SIMD panel bytes differ from the reference (%d rows)", tkv_dtype_name(type), nr);
+			for (int c = 0; c < nc; c++) {
+				make_x(x, N, c == 1);
+				ref_act[OPS_ACT_Q8_32](x, act[c], N);
+			}
+			ref_panel[type](N, want, act, sizeof act[0], nc, s_ref, OPS_PANEL_ROWS);
+			k->panel(N, got, act, sizeof act[0], nc, s_simd, OPS_PANEL_ROWS);
+			for (int c = 0; c < nc; c++)
+				for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+					double exact = 0.0, mag = 0.0;
+
+					if (r < nr)
+						ref_dequant[type](rows[r], wv, N);
+					else
+						memset(wv, 0, sizeof wv);
+					for (int i = 0; i < N; i++) {
+						double xv = (double)act[c][i / 32].d * act[c][i / 32].qs[i % 32];
+
+						exact += wv[i] * xv;
+						mag += fabs(wv[i] * xv);
+					}
+					if (fabs((double)s_simd[c * 8 + r] - s_ref[c * 8 + r]) > TOL_PANEL_SIMD_REL * mag)
+						fail_msg("%s col %d row %d: SIMD %.9g, ref %.9g", tkv_dtype_name(type), c, r,
+							 (double)s_simd[c * 8 + r], (double)s_ref[c * 8 + r]);
+					if (fabs((double)s_ref[c * 8 + r] - exact) > TOL_DOT_EXACT_REL * mag + 1e-30)
+						fail_msg("%s col %d row %d: ref %.9g, exact %.9g (mag %.3g)", tkv_dtype_name(type), c,
+							 r, (double)s_ref[c * 8 + r], exact, mag);
+				}
+		}
+	}
+}
+
+/* Threaded matmul (one and several matrices): with few tokens it equals the
+ * per-row dots of the selected kernel bit for bit; with many (the panel path
+ * for the types that have one) it agrees with the exact float product within
+ * the rounding of the activations. */
 static void test_matmul_threads(void **state)
 {
 	enum { COLS = 512, NTOK = 37 };
-	static const int rows_of[] = { 1000, 72, 72 };
+	static const int rows_of[] = { 1000, 72, 76 };
 	static unsigned char w[3][1000 * COLS * 4 / 1];
 	static float x[NTOK * COLS], y[3][NTOK * 1000];
 	static unsigned char act[COLS * 2];
-	static float xv[COLS];
+	static float xv[COLS], wv[COLS];
 	struct tpool *tp;
 	struct tkv_error err;
 	size_t work_size = ops_matmul_work_size(COLS, NTOK, 2);
@@ -428,22 +512,47 @@ static void test_matmul_threads(void **state)
 		for (int ntok = 1; ntok <= NTOK; ntok += NTOK - 1) {
 			make_x(x, (int64_t)ntok * COLS, 0);
 			for (int pass = 0; pass < 2; pass++) {
+				/* pass 1 has no workspace: pieces on the stack, row dots only */
+				int exact_dots = ntok < 8 || pass == 1 || !ops_kernels(type)->pack;
+
 				if (pass == 0)
 					ops_matmul_n(tp, mp, yp, 3, x, ntok, work, work_size);
 				else
-					for (int i = 0; i < 3; i++) /* no workspace: pieces on the stack */
+					for (int i = 0; i < 3; i++)
 						ops_matmul(tp, &m[i], x, y[i], ntok);
 				for (int i = 0; i < 3; i++)
 					for (int tk = 0; tk < ntok; tk += 7)
-						for (int r = 0; r < rows_of[i]; r += 13) {
-							const void *a = prepare_act(type, x + (size_t)tk * COLS, COLS, act, xv);
-							float d;
+						for (int r = 0; r < rows_of[i]; r += r % 8 == 7 ? 9 : 1) {
+							const float *xt = x + (size_t)tk * COLS;
+							float got = y[i][(size_t)tk * rows_of[i] + r], d;
+							double exact = 0.0, mag = 0.0, bound = 0.0;
 
-							ops_kernels(type)->dot_rows(COLS, w[i] + (size_t)r * rb, rb, 1, a, &d);
-							if (memcmp(&d, &y[i][(size_t)tk * rows_of[i] + r], sizeof d) != 0)
-								fail_msg("%s pass %d mat %d tok %d row %d: %a, dot %a",
-									 tkv_dtype_name(type), pass, i, tk, r,
-									 (double)y[i][(size_t)tk * rows_of[i] + r], (double)d);
+							if (exact_dots) {
+								const void *a = prepare_act(type, xt, COLS, act, xv);
+
+								ops_kernels(type)->dot_rows(COLS, w[i] + (size_t)r * rb, rb, 1, a, &d);
+								if (memcmp(&d, &got, sizeof d) != 0)
+									fail_msg("%s pass %d mat %d tok %d row %d: %a, dot %a",
+										 tkv_dtype_name(type), pass, i, tk, r, (double)got,
+										 (double)d);
+								continue;
+							}
+							ops_dequant_row(type, w[i] + (size_t)r * rb, wv, COLS);
+							for (int b = 0; b < COLS; b += 32) {
+								float amax = 0.0f;
+
+								for (int e = b; e < b + 32; e++)
+									amax = fmaxf(amax, fabsf(xt[e]));
+								for (int e = b; e < b + 32; e++) {
+									exact += (double)wv[e] * xt[e];
+									mag += fabs((double)wv[e] * xt[e]);
+									bound += fabs((double)wv[e]) * amax / 254.0;
+								}
+							}
+							if (fabs(got - exact) > bound + TOL_MATMUL_FLOAT_REL * mag)
+								fail_msg("%s mat %d tok %d row %d: %.9g, exact %.9g (bound %.3g)",
+									 tkv_dtype_name(type), i, tk, r, (double)got, exact,
+									 bound + TOL_MATMUL_FLOAT_REL * mag);
 						}
 			}
 		}
@@ -461,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_act_quant_simd_vs_ref),
 		cmocka_unit_test(test_dot_simd_vs_ref),
 		cmocka_unit_test(test_quantize_round_trip),
+		cmocka_unit_test(test_panels),
 		cmocka_unit_test(test_matmul_threads),
 	};
 

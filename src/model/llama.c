@@ -364,8 +364,16 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 		s->rot = tkv_malloc(a, (size_t)n_threads * 2 * group * in->head_dim * sizeof(float));
 		s->rows = tkv_malloc(a, B * sizeof *s->rows);
 	}
+	{
+		size_t widest = in->dim > in->n_ff ? in->dim : in->n_ff;
+
+		if (qd > widest)
+			widest = qd;
+		s->work_size = ops_matmul_work_size((int64_t)widest, (int)n_batch, (int)n_threads);
+		s->work = tkv_malloc(a, s->work_size);
+	}
 	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu ||
-	    !s->logit || !s->att || !s->rot || !s->rows) {
+	    !s->logit || !s->att || !s->rot || !s->rows || !s->work) {
 		llama_scratch_free(s, a);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for activations (batch %u)", n_batch);
 	}
@@ -387,6 +395,7 @@ void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a)
 	tkv_free(a, s->att);
 	tkv_free(a, s->rot);
 	tkv_free(a, s->rows);
+	tkv_free(a, s->work);
 	memset(s, 0, sizeof *s);
 }
 
@@ -467,9 +476,12 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->attn_norm, dim, in->rms_eps);
-		ops_matmul(tp, &L->wq, s->xb, s->q, (int)n);
-		ops_matmul(tp, &L->wk, s->xb, s->k, (int)n);
-		ops_matmul(tp, &L->wv, s->xb, s->v, (int)n);
+		{
+			const struct ops_mat *w[3] = { &L->wq, &L->wk, &L->wv };
+			float *y[3] = { s->q, s->k, s->v };
+
+			ops_matmul_n(tp, w, y, 3, s->xb, (int)n, s->work, s->work_size);
+		}
 		for (uint32_t g = 0; g < n_segs; g++) {
 			const struct llama_seg *sg = &segs[g];
 
@@ -486,16 +498,16 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 		}
 		/* small attention work runs on the caller: a wake-up costs more */
 		tpool_run(attn_work < 65536 ? NULL : tp, attn_worker, &aj);
-		ops_matmul(tp, &L->wo, s->ao, s->o, (int)n);
+		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->wo }, &s->o, 1, s->ao, (int)n, s->work, s->work_size);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[i];
 
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->ffn_norm, dim, in->rms_eps);
-		ops_matmul(tp, &L->w_gate, s->xb, s->hg, (int)n);
-		ops_matmul(tp, &L->w_up, s->xb, s->hu, (int)n);
+		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->w_gate, &L->w_up }, (float *[]){ s->hg, s->hu }, 2, s->xb,
+			     (int)n, s->work, s->work_size);
 		ops_swiglu(s->hg, s->hg, s->hu, (int)(n * in->n_ff));
-		ops_matmul(tp, &L->w_down, s->hg, s->o, (int)n);
+		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->w_down }, &s->o, 1, s->hg, (int)n, s->work, s->work_size);
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] += s->o[i];
 	}
@@ -505,5 +517,5 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 	/* final norm of the rows that want logits, gathered, then one matmul */
 	for (uint32_t i = 0; i < n_out; i++)
 		ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)out_rows[i] * dim, m->out_norm, dim, in->rms_eps);
-	ops_matmul(tp, &m->output, s->xb, logits, (int)n_out);
+	ops_matmul_n(tp, (const struct ops_mat *[]){ &m->output }, &logits, 1, s->xb, (int)n_out, s->work, s->work_size);
 }

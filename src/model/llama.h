@@ -57,6 +57,9 @@ struct llama_scratch {
 	float *att;     /* (n_threads, n_ctx) attention per slot summed over a group */
 	float *rot;     /* (n_threads, 2, group, head_dim) rotated query / output */
 	uint32_t *rows; /* (n_batch) rows whose logits are wanted */
+	void *work;     /* matmul workspace: n_batch quantized activation rows and
+			 * one weight panel per thread (ops_matmul_work_size) */
+	size_t work_size;
 };
 
 int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint32_t n_batch,

@@ -105,10 +105,14 @@ static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
 	[TKV_F32] = { .act_type = OPS_ACT_F32, .dequant = dequant_f32_ref, .dot_rows = dot_rows_f32_ref },
 	[TKV_F16] = { .act_type = OPS_ACT_F32, .dequant = dequant_f16_ref, .dot_rows = dot_rows_f16_ref },
 	[TKV_BF16] = { .act_type = OPS_ACT_F32, .dequant = dequant_bf16_ref, .dot_rows = dot_rows_bf16_ref },
-	[TKV_Q4_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_0_ref, .dot_rows = dot_rows_q4_0_ref },
-	[TKV_Q8_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q8_0_ref, .dot_rows = dot_rows_q8_0_ref },
-	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref },
-	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref },
+	[TKV_Q4_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_0_ref, .dot_rows = dot_rows_q4_0_ref,
+		       .pack = pack_q4_0_ref, .panel = panel_u_ref },
+	[TKV_Q8_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q8_0_ref, .dot_rows = dot_rows_q8_0_ref,
+		       .pack = pack_q8_0_ref, .panel = panel_s8_ref },
+	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref,
+		       .pack = pack_q4_k_ref, .panel = panel_u_ref },
+	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref,
+		       .pack = pack_q5_k_ref, .panel = panel_u_ref },
 	[TKV_Q6_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q6_k_ref, .dot_rows = dot_rows_q6_k_ref },
 };
 
@@ -206,11 +210,18 @@ static size_t act_row_bytes(uint32_t act, int64_t cols)
 	return (size_t)(cols / ops_act_blck[act]) * ops_act_size[act];
 }
 
+/* Bytes of one panel of cols columns. */
+static size_t panel_bytes(int64_t cols)
+{
+	return (size_t)((cols + 31) / 32) * OPS_PANEL_BLOCK;
+}
+
+#define OPS_ALIGN(x) (((x) + 63) & ~(size_t)63)
+
 size_t ops_matmul_work_size(int64_t cols_max, int n_max, int n_threads)
 {
 	size_t act = 0;
 
-	(void)n_threads;
 	for (uint32_t t = 1; t < OPS_ACT_COUNT; t++) {
 		int64_t c = (cols_max + ops_act_blck[t] - 1) / ops_act_blck[t] * ops_act_blck[t];
 		size_t b = act_row_bytes(t, c);
@@ -218,7 +229,7 @@ size_t ops_matmul_work_size(int64_t cols_max, int n_max, int n_threads)
 		if (b > act)
 			act = b;
 	}
-	return act * (size_t)n_max + 64;
+	return OPS_ALIGN(act * (size_t)n_max) + (size_t)(n_threads > 0 ? n_threads : 1) * OPS_ALIGN(panel_bytes(cols_max)) + 64;
 }
 
 struct mm_job {
@@ -230,6 +241,8 @@ struct mm_job {
 	const void *a;       /* activations: n rows, as bytes apart */
 	size_t as;
 	int n;
+	unsigned char *panels; /* NULL: row dots; else one panel per thread, panel_stride apart */
+	size_t panel_stride;
 	int64_t chunk;       /* rows per work item */
 	int64_t n_chunks;
 	atomic_llong next;   /* next work item */
@@ -242,6 +255,9 @@ struct mm_job {
  * bandwidth of 1 row at a time). From here on the matmul is bound by
  * arithmetic and sharing each activation block between rows pays. */
 #define OPS_MATMUL_MULTIROW_N 4
+/* From this many activation rows on, types with panels use them: repacking a
+ * panel costs about one token's dots. */
+#define OPS_PANEL_MIN_N 8
 
 /* Rows [r0, r1) of matrix i for every activation row: each group of weight
  * rows stays in L1 while the activation rows stream past. */
@@ -265,6 +281,36 @@ static void mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1)
 	}
 }
 
+/* The same with panels: pack 8 rows into this thread's panel, then run all
+ * the activation rows against it, OPS_PANEL_COLS at a time. */
+static void mm_panels(const struct mm_job *j, int ith, int i, int64_t r0, int64_t r1)
+{
+	const struct ops_mat *w = j->w[i];
+	void *panel = j->panels + (size_t)ith * j->panel_stride;
+
+	for (int64_t r = r0; r < r1; r += OPS_PANEL_ROWS) {
+		int nr = r1 - r < OPS_PANEL_ROWS ? (int)(r1 - r) : OPS_PANEL_ROWS;
+
+		j->k->pack((const char *)w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, w->cols, panel);
+		for (int t = 0; t < j->n; t += OPS_PANEL_COLS) {
+			int nc = j->n - t < OPS_PANEL_COLS ? j->n - t : OPS_PANEL_COLS;
+			const void *a = (const char *)j->a + (size_t)t * j->as;
+			float *y = j->y[i] + (size_t)t * w->rows + r;
+
+			if (nr == OPS_PANEL_ROWS) {
+				j->k->panel(w->cols, panel, a, j->as, nc, y, (size_t)w->rows);
+			} else {
+				/* a partial panel must not write past the matrix's rows */
+				float tmp[OPS_PANEL_COLS * OPS_PANEL_ROWS];
+
+				j->k->panel(w->cols, panel, a, j->as, nc, tmp, OPS_PANEL_ROWS);
+				for (int c = 0; c < nc; c++)
+					memcpy(y + (size_t)c * w->rows, tmp + c * OPS_PANEL_ROWS, (size_t)nr * sizeof(float));
+			}
+		}
+	}
+}
+
 /* Work items are chunks of the joint row space, taken in order from an atomic
  * counter: a thread that is slowed (a busy vCPU) takes fewer. */
 static void mm_worker(void *ctx, int ith, int nth)
@@ -272,7 +318,6 @@ static void mm_worker(void *ctx, int ith, int nth)
 	struct mm_job *j = ctx;
 	int64_t c;
 
-	(void)ith;
 	(void)nth;
 	while ((c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_chunks) {
 		int64_t r0 = c * j->chunk, r1 = r0 + j->chunk;
@@ -283,7 +328,11 @@ static void mm_worker(void *ctx, int ith, int nth)
 			int64_t a = r0 > j->row0[i] ? r0 : j->row0[i];
 			int64_t b = r1 < j->row0[i + 1] ? r1 : j->row0[i + 1];
 
-			if (a < b)
+			if (a >= b)
+				continue;
+			if (j->panels)
+				mm_panels(j, ith, i, a - j->row0[i], b - j->row0[i]);
+			else
 				mm_rows(j, i, a - j->row0[i], b - j->row0[i]);
 		}
 	}
@@ -313,9 +362,10 @@ static void quant_worker(void *ctx, int ith, int nth)
 #define OPS_MATMUL_MIN_CHUNK 16
 #define OPS_MATMUL_CHUNKS_PER_THREAD 8
 
-/* Runs the product for activations already in the kernels' format. */
+/* Runs the product for activations already in the kernels' format; panels
+ * (may be NULL) is scratch for one panel per thread. */
 static void mm_run(struct tpool *tp, const struct ops_mat *const *w, float *const *y, int n_mat,
-		   const struct ops_type_kernels *k, const void *a, size_t as, int n)
+		   const struct ops_type_kernels *k, const void *a, size_t as, int n, unsigned char *panels)
 {
 	struct mm_job j;
 	double macs = 0.0;
@@ -327,6 +377,8 @@ static void mm_run(struct tpool *tp, const struct ops_mat *const *w, float *cons
 	j.a = a;
 	j.as = as;
 	j.n = n;
+	j.panels = panels;
+	j.panel_stride = OPS_ALIGN(panel_bytes(w[0]->cols));
 	for (int i = 0; i < n_mat; i++) {
 		j.w[i] = w[i];
 		j.y[i] = y[i];
@@ -339,7 +391,7 @@ static void mm_run(struct tpool *tp, const struct ops_mat *const *w, float *cons
 	j.chunk = j.row0[n_mat] / ((int64_t)nth * OPS_MATMUL_CHUNKS_PER_THREAD);
 	if (j.chunk < OPS_MATMUL_MIN_CHUNK)
 		j.chunk = OPS_MATMUL_MIN_CHUNK;
-	j.chunk = (j.chunk + OPS_DOT_ROWS - 1) / OPS_DOT_ROWS * OPS_DOT_ROWS;
+	j.chunk = (j.chunk + OPS_PANEL_ROWS - 1) / OPS_PANEL_ROWS * OPS_PANEL_ROWS;
 	j.n_chunks = (j.row0[n_mat] + j.chunk - 1) / j.chunk;
 	atomic_init(&j.next, 0);
 	tpool_run(tp, mm_worker, &j);
@@ -354,6 +406,8 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	const struct ops_type_kernels *k;
 	const struct ops_act_kernels *ak = ops_act_kernels();
 	unsigned char stack[OPS_MATMUL_STACK] __attribute__((aligned(64)));
+	unsigned char *panels = NULL;
+	uint32_t act;
 	int64_t cols;
 	size_t as;
 	int step;
@@ -365,22 +419,35 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	/* one joint job needs one activation format and one width */
 	for (int i = 1; i < n_mat; i++) {
 		if (w[i]->cols != cols || ops_kernels(w[i]->type)->act_type != k->act_type ||
-		    ops_kernels(w[i]->type)->dot_rows != k->dot_rows || n_mat > OPS_MATMUL_MAX) {
+		    ops_kernels(w[i]->type)->dot_rows != k->dot_rows || ops_kernels(w[i]->type)->pack != k->pack ||
+		    n_mat > OPS_MATMUL_MAX) {
 			for (int m = 0; m < n_mat; m++)
 				ops_matmul_n(tp, &w[m], &y[m], 1, x, n, work, work_size);
 			return;
 		}
 	}
 	if (k->act_type == OPS_ACT_F32) {
-		mm_run(tp, w, y, n_mat, k, x, (size_t)cols * sizeof(float), n);
+		mm_run(tp, w, y, n_mat, k, x, (size_t)cols * sizeof(float), n, NULL);
 		return;
 	}
-	as = act_row_bytes(k->act_type, cols);
+	act = k->act_type;
+	/* the panel path when there are enough tokens and room for the panels */
+	if (k->pack && n >= OPS_PANEL_MIN_N && work) {
+		size_t need = OPS_ALIGN(act_row_bytes(OPS_ACT_Q8_32, cols) * (size_t)n) +
+			      (size_t)tpool_n(tp) * OPS_ALIGN(panel_bytes(cols));
+
+		if (work_size >= need + 64) {
+			act = OPS_ACT_Q8_32;
+			panels = (unsigned char *)work +
+				 OPS_ALIGN(act_row_bytes(OPS_ACT_Q8_32, cols) * (size_t)n);
+		}
+	}
+	as = act_row_bytes(act, cols);
 	if (!work || work_size < as * (size_t)n) {
 		work = stack;
 		work_size = sizeof stack;
 	}
-	step = (int)(work_size / as);
+	step = panels ? n : (int)(work_size / as);
 	if (step == 0) {
 		/* a row too wide for any buffer we have: exact float dots instead */
 		for (int m = 0; m < n_mat; m++)
@@ -393,12 +460,12 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	for (int t0 = 0; t0 < n; t0 += step) {
 		int nt = n - t0 < step ? n - t0 : step;
 		float *yt[OPS_MATMUL_MAX];
-		struct quant_job q = { ak->quant[k->act_type], x + (size_t)t0 * cols, cols, work, as, nt };
+		struct quant_job q = { ak->quant[act], x + (size_t)t0 * cols, cols, work, as, nt };
 
 		tpool_run(nt >= 4 && tp ? tp : NULL, quant_worker, &q);
 		for (int m = 0; m < n_mat; m++)
 			yt[m] = y[m] + (size_t)t0 * w[m]->rows;
-		mm_run(tp, w, yt, n_mat, k, work, as, nt);
+		mm_run(tp, w, yt, n_mat, k, work, as, nt, panels);
 	}
 }
 

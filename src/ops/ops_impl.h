@@ -118,14 +118,49 @@ typedef void (*ops_dot_rows_fn)(int64_t n, const void *w, size_t ws, int nr, con
 
 #define OPS_DOT_ROWS 4
 
+/* Panels: for matmuls of many tokens (prefill), the worker first repacks 8
+ * weight rows into a panel in its own scratch, then runs every activation row
+ * against it. A panel holds, per block of 32 columns (OPS_PANEL_BLOCK bytes):
+ *
+ *   uint8 q[8][8][4]  the 32 values of each of the 8 rows as small integers,
+ *                     4 at a time interleaved by row: q[g][r][e] is element
+ *                     4g + e of row r (so one 32-byte load covers 4 columns
+ *                     of 8 rows, and one 4-byte broadcast of the activation
+ *                     meets all 8)
+ *   float d[8]        per-row scale of the block
+ *   float m[8]        per-row offset: w = d * q + m (0 for signed values)
+ *
+ * Panel kinds by the range of q, which decides how the int16 sums of
+ * vpmaddubsw may be accumulated before they could saturate:
+ *   OPS_PANEL_U4  q in 0..15 (q4_0 with m = -8 d; q4_k with m = -dmin m_j)
+ *   OPS_PANEL_U5  q in 0..31 (q5_k)
+ *   OPS_PANEL_S8  q in -128..127, m = 0 (q8_0)
+ * Panel dots read activations in OPS_ACT_Q8_32 (its s = d sum(q) meets m).
+ * Repacking costs about as much as one token's dots, and is shared by all the
+ * tokens of the chunk; the kernel needs no decoding and no horizontal sums
+ * (each row's sum stays in its own lane). */
+#define OPS_PANEL_ROWS 8
+#define OPS_PANEL_COLS 4   /* activation rows per panel call */
+#define OPS_PANEL_BLOCK (256 + 32 + 32)
+
+enum ops_panel_kind { OPS_PANEL_NONE = 0, OPS_PANEL_U4, OPS_PANEL_U5, OPS_PANEL_S8 };
+
+/* Packs nr (<= 8) rows of W, ws bytes apart, n elements each, into a panel;
+ * rows nr..7 are zero. */
+typedef void (*ops_pack_fn)(const void *w, size_t ws, int nr, int64_t n, void *panel);
+/* s[c * ss + r] = dot(panel row r, activation row c) for r < 8, c < nc
+ * (<= OPS_PANEL_COLS); activation rows (OPS_ACT_Q8_32) are as bytes apart.
+ * Writes all 8 rows of each column. */
+typedef void (*ops_panel_fn)(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+
 /* The kernels of one weight type. A NULL table entry means "not supported". */
 struct ops_type_kernels {
 	uint32_t act_type;           /* enum ops_act_type */
 	ops_dequant_fn dequant;
 	ops_dot_rows_fn dot_rows;
-	/* Optional interleaved panels for multi-token matmuls (ops.c). */
-	void (*pack)(const void *w, size_t ws, int64_t n, void *panel);
-	void (*panel_gemm)(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+	/* optional: the panel path for many tokens (NULL = row dots only) */
+	ops_pack_fn pack;
+	ops_panel_fn panel;
 };
 
 /* Activation quantizers by act type (NULL for OPS_ACT_F32). */
@@ -160,6 +195,13 @@ void dot_rows_q8_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *
 void dot_rows_q4_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q5_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q6_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+
+void pack_q4_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q8_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q4_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q5_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void panel_u_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void panel_s8_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 
 /* The 6-bit (scale, min) of sub-block j (0..7) of a q4_k/q5_k block. */
 static inline void ops_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)

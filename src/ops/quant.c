@@ -554,3 +554,143 @@ int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 	default: return -1;
 	}
 }
+
+/* ---- panels (see ops_impl.h) ------------------------------------------------------ */
+
+/* Writes one block of one row into a panel block: 32 values, scale, offset. */
+static void panel_put(uint8_t *pb, int r, const uint8_t q[32], float d, float m)
+{
+	for (int g = 0; g < 8; g++)
+		memcpy(pb + 32 * g + 4 * r, q + 4 * g, 4);
+	memcpy(pb + 256 + 4 * r, &d, sizeof d);
+	memcpy(pb + 288 + 4 * r, &m, sizeof m);
+}
+
+/* The generic packer: decode(row, block, q, &d, &m) gives block b of a row. */
+static void pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel,
+		      void (*decode)(const void *row, int64_t b, uint8_t q[32], float *d, float *m))
+{
+	uint8_t *pb = panel;
+	static const uint8_t zero[32];
+
+	for (int64_t b = 0; b < n / 32; b++, pb += OPS_PANEL_BLOCK)
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			uint8_t q[32];
+			float d, m;
+
+			if (r >= nr) {
+				panel_put(pb, r, zero, 0.0f, 0.0f);
+				continue;
+			}
+			decode((const char *)w + (size_t)r * ws, b, q, &d, &m);
+			panel_put(pb, r, q, d, m);
+		}
+}
+
+static void decode_q4_0(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q4_0 *x = (const struct blk_q4_0 *)row + b;
+
+	for (int j = 0; j < 16; j++) {
+		q[j] = x->qs[j] & 15;
+		q[j + 16] = x->qs[j] >> 4;
+	}
+	*d = F16(x->d);
+	*m = -8.0f * *d;
+}
+
+static void decode_q8_0(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q8_0 *x = (const struct blk_q8_0 *)row + b;
+
+	memcpy(q, x->qs, 32);
+	*d = F16(x->d);
+	*m = 0.0f;
+}
+
+/* Sub-block j = b % 8 of super-block b / 8. */
+static void decode_q4_k(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q4_k *x = (const struct blk_q4_k *)row + b / 8;
+	int j = (int)(b % 8), shift = (j & 1) * 4;
+	uint8_t sc, mn;
+
+	ops_k_scale_min(x->scales, j, &sc, &mn);
+	for (int l = 0; l < 32; l++)
+		q[l] = (x->qs[32 * (j / 2) + l] >> shift) & 15;
+	*d = F16(x->d) * sc;
+	*m = -(F16(x->dmin) * mn);
+}
+
+static void decode_q5_k(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q5_k *x = (const struct blk_q5_k *)row + b / 8;
+	int j = (int)(b % 8), shift = (j & 1) * 4;
+	uint8_t sc, mn;
+
+	ops_k_scale_min(x->scales, j, &sc, &mn);
+	for (int l = 0; l < 32; l++)
+		q[l] = (uint8_t)(((x->qs[32 * (j / 2) + l] >> shift) & 15) | ((x->qh[l] >> j) & 1) << 4);
+	*d = F16(x->d) * sc;
+	*m = -(F16(x->dmin) * mn);
+}
+
+void pack_q4_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	pack_rows(w, ws, nr, n, panel, decode_q4_0);
+}
+
+void pack_q8_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	pack_rows(w, ws, nr, n, panel, decode_q8_0);
+}
+
+void pack_q4_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	pack_rows(w, ws, nr, n, panel, decode_q4_k);
+}
+
+void pack_q5_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	pack_rows(w, ws, nr, n, panel, decode_q5_k);
+}
+
+/* sum over blocks of (d dy) sum(q y) + m s, per row; q unsigned or signed. */
+static void panel_dot(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss,
+		      int is_signed)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			const uint8_t *pb = panel;
+			float acc = 0.0f, accm = 0.0f;
+
+			for (int64_t b = 0; b < n / 32; b++, pb += OPS_PANEL_BLOCK) {
+				int isum = 0;
+				float d, m;
+
+				for (int e = 0; e < 32; e++) {
+					uint8_t v = pb[32 * (e / 4) + 4 * r + e % 4];
+
+					isum += (is_signed ? (int)(int8_t)v : (int)v) * y[b].qs[e];
+				}
+				memcpy(&d, pb + 256 + 4 * r, sizeof d);
+				memcpy(&m, pb + 288 + 4 * r, sizeof m);
+				acc += d * y[b].d * (float)isum;
+				accm += m * y[b].s;
+			}
+			s[(size_t)c * ss + r] = acc + accm;
+		}
+	}
+}
+
+void panel_u_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	panel_dot(n, panel, a, as, nc, s, ss, 0);
+}
+
+void panel_s8_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	panel_dot(n, panel, a, as, nc, s, ss, 1);
+}

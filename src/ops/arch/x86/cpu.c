@@ -23,6 +23,14 @@ const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], stru
 	types[TKV_Q5_K].dot_rows = dot_rows_q5_k_avx2;
 	types[TKV_Q6_K].dequant = dequant_q6_k_avx2;
 	types[TKV_Q6_K].dot_rows = dot_rows_q6_k_avx2;
+	types[TKV_Q4_0].pack = pack_q4_0_avx2;
+	types[TKV_Q4_0].panel = panel_u4_avx2;
+	types[TKV_Q8_0].pack = pack_q8_0_avx2;
+	types[TKV_Q8_0].panel = panel_s8_avx2;
+	types[TKV_Q4_K].pack = pack_q4_k_avx2;
+	types[TKV_Q4_K].panel = panel_u4_avx2;
+	types[TKV_Q5_K].pack = pack_q5_k_avx2;
+	types[TKV_Q5_K].panel = panel_u5_avx2;
 	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
 	act->quant[OPS_ACT_Q8_256] = quant_act_q8_256_avx2;
 	return "avx2";

@@ -559,3 +559,229 @@ void dot_rows_q6_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 		s[r] = hsum_ps(acc);
 	}
 }
+
+/* ---- panels (layout in ops_impl.h) ---------------------------------------------------- */
+
+/* Stores one panel block: row r's 32 values are u[r]; the 8x8 transpose of
+ * 32-bit words puts 4 values of all 8 rows in each 32-byte group. */
+static inline void panel_store(uint8_t *pb, const __m256i u[8], __m256 d, __m256 m)
+{
+	__m256i t0 = _mm256_unpacklo_epi32(u[0], u[1]), t1 = _mm256_unpackhi_epi32(u[0], u[1]);
+	__m256i t2 = _mm256_unpacklo_epi32(u[2], u[3]), t3 = _mm256_unpackhi_epi32(u[2], u[3]);
+	__m256i t4 = _mm256_unpacklo_epi32(u[4], u[5]), t5 = _mm256_unpackhi_epi32(u[4], u[5]);
+	__m256i t6 = _mm256_unpacklo_epi32(u[6], u[7]), t7 = _mm256_unpackhi_epi32(u[6], u[7]);
+	/* v0: words 0 (low lane) and 4 (high lane) of rows 0-3; v1: words 1 / 5 ... */
+	__m256i v0 = _mm256_unpacklo_epi64(t0, t2), v1 = _mm256_unpackhi_epi64(t0, t2);
+	__m256i v2 = _mm256_unpacklo_epi64(t1, t3), v3 = _mm256_unpackhi_epi64(t1, t3);
+	__m256i v4 = _mm256_unpacklo_epi64(t4, t6), v5 = _mm256_unpackhi_epi64(t4, t6);
+	__m256i v6 = _mm256_unpacklo_epi64(t5, t7), v7 = _mm256_unpackhi_epi64(t5, t7);
+	__m256i *o = (__m256i *)pb;
+
+	_mm256_storeu_si256(o + 0, _mm256_permute2x128_si256(v0, v4, 0x20));
+	_mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(v1, v5, 0x20));
+	_mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(v2, v6, 0x20));
+	_mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(v3, v7, 0x20));
+	_mm256_storeu_si256(o + 4, _mm256_permute2x128_si256(v0, v4, 0x31));
+	_mm256_storeu_si256(o + 5, _mm256_permute2x128_si256(v1, v5, 0x31));
+	_mm256_storeu_si256(o + 6, _mm256_permute2x128_si256(v2, v6, 0x31));
+	_mm256_storeu_si256(o + 7, _mm256_permute2x128_si256(v3, v7, 0x31));
+	_mm256_storeu_ps((float *)(pb + 256), d);
+	_mm256_storeu_ps((float *)(pb + 288), m);
+}
+
+void pack_q4_0_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / QK4_0; b++, pb += OPS_PANEL_BLOCK) {
+		__m256i u[8];
+		float d[8], m[8];
+
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			const struct blk_q4_0 *x = (const struct blk_q4_0 *)row_at(w, ws, r < nr ? r : 0) + b;
+
+			u[r] = r < nr ? nibbles(x->qs) : _mm256_setzero_si256();
+			d[r] = r < nr ? f16(x->d) : 0.0f;
+			m[r] = r < nr ? -8.0f * d[r] : 0.0f;
+		}
+		panel_store(pb, u, _mm256_loadu_ps(d), _mm256_loadu_ps(m));
+	}
+}
+
+void pack_q8_0_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / QK8_0; b++, pb += OPS_PANEL_BLOCK) {
+		__m256i u[8];
+		float d[8];
+
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			const struct blk_q8_0 *x = (const struct blk_q8_0 *)row_at(w, ws, r < nr ? r : 0) + b;
+
+			u[r] = r < nr ? _mm256_loadu_si256((const __m256i *)x->qs) : _mm256_setzero_si256();
+			d[r] = r < nr ? f16(x->d) : 0.0f;
+		}
+		panel_store(pb, u, _mm256_loadu_ps(d), _mm256_setzero_ps());
+	}
+}
+
+/* q4_k / q5_k: each super-block gives 8 panel blocks (its sub-blocks). */
+static inline void pack_k_affine(const void *w, size_t ws, int nr, int64_t n, void *panel, int five)
+{
+	const __m256i m15 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
+	uint8_t *pb = panel;
+
+	for (int64_t i = 0; i < n / QK_K; i++, pb += 8 * OPS_PANEL_BLOCK) {
+		__m256i u[8][8];  /* [sub-block][row] */
+		float d[8][8], m[8][8];
+
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			const uint8_t *qs, *scales, *qh = NULL;
+			float dd, dmin;
+			__m256i h = _mm256_setzero_si256();
+
+			if (r >= nr) {
+				for (int j = 0; j < 8; j++) {
+					u[j][r] = _mm256_setzero_si256();
+					d[j][r] = m[j][r] = 0.0f;
+				}
+				continue;
+			}
+			if (five) {
+				const struct blk_q5_k *x = (const struct blk_q5_k *)row_at(w, ws, r) + i;
+
+				qs = x->qs, scales = x->scales, qh = x->qh, dd = f16(x->d), dmin = f16(x->dmin);
+				h = _mm256_loadu_si256((const __m256i *)qh);
+			} else {
+				const struct blk_q4_k *x = (const struct blk_q4_k *)row_at(w, ws, r) + i;
+
+				qs = x->qs, scales = x->scales, dd = f16(x->d), dmin = f16(x->dmin);
+			}
+			for (int c = 0; c < 4; c++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+
+				u[2 * c][r] = _mm256_and_si256(q, m15);
+				u[2 * c + 1][r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+				if (five) {
+					u[2 * c][r] = _mm256_or_si256(u[2 * c][r], _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
+					u[2 * c + 1][r] = _mm256_or_si256(u[2 * c + 1][r],
+									  _mm256_and_si256(_mm256_slli_epi16(h, 3), m16));
+					h = _mm256_srli_epi16(h, 2); /* see dequant_q5_k_avx2 */
+				}
+			}
+			for (int j = 0; j < 8; j++) {
+				uint8_t sc, mn;
+
+				ops_k_scale_min(scales, j, &sc, &mn);
+				d[j][r] = dd * sc;
+				m[j][r] = -(dmin * mn);
+			}
+		}
+		for (int j = 0; j < 8; j++)
+			panel_store(pb + j * OPS_PANEL_BLOCK, u[j], _mm256_loadu_ps(d[j]), _mm256_loadu_ps(m[j]));
+	}
+}
+
+void pack_q4_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	pack_k_affine(w, ws, nr, n, panel, 0);
+}
+
+void pack_q5_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	pack_k_affine(w, ws, nr, n, panel, 1);
+}
+
+static inline __m256i bcast4(const int8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, sizeof v);
+	return _mm256_set1_epi32(v);
+}
+
+/* The panel dot for nc (constant after inlining) activation rows. kind
+ * decides how often the int16 sums go to int32: U4 after all 8 groups (8 x 2
+ * x 15 x 127 < 2^15), U5 after 4 (4 x 2 x 31 x 127), S8 after each (|w| and y
+ * with w's sign, 2 x 128 x 127). */
+static inline __attribute__((always_inline)) void panel_cols(int64_t n, const uint8_t *panel, const void *a, size_t as,
+							     int nc, float *s, size_t ss, int kind)
+{
+	const __m256i ones = _mm256_set1_epi16(1);
+	const struct blk_q8_32 *y[OPS_PANEL_COLS];
+	__m256 acc[OPS_PANEL_COLS], accm[OPS_PANEL_COLS];
+	const uint8_t *pb = panel;
+
+	for (int c = 0; c < nc; c++) {
+		y[c] = (const void *)((const char *)a + (size_t)c * as);
+		acc[c] = _mm256_setzero_ps();
+		accm[c] = _mm256_setzero_ps();
+	}
+	for (int64_t b = 0; b < n / 32; b++, pb += OPS_PANEL_BLOCK) {
+		__m256i isum[OPS_PANEL_COLS];
+		__m256 d = _mm256_loadu_ps((const float *)(pb + 256));
+
+		if (kind == OPS_PANEL_S8) {
+			for (int c = 0; c < nc; c++)
+				isum[c] = _mm256_setzero_si256();
+			for (int g = 0; g < 8; g++) {
+				__m256i wq = _mm256_loadu_si256((const __m256i *)(pb + 32 * g)), aw = _mm256_abs_epi8(wq);
+
+				for (int c = 0; c < nc; c++) {
+					__m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(y[c][b].qs + 4 * g), wq));
+
+					isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, ones));
+				}
+			}
+		} else {
+			int per = kind == OPS_PANEL_U4 ? 8 : 4;
+
+			for (int c = 0; c < nc; c++)
+				isum[c] = _mm256_setzero_si256();
+			for (int g0 = 0; g0 < 8; g0 += per) {
+				__m256i s16[OPS_PANEL_COLS];
+
+				for (int c = 0; c < nc; c++)
+					s16[c] = _mm256_setzero_si256();
+				for (int g = g0; g < g0 + per; g++) {
+					__m256i wq = _mm256_loadu_si256((const __m256i *)(pb + 32 * g));
+
+					for (int c = 0; c < nc; c++)
+						s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(wq, bcast4(y[c][b].qs + 4 * g)));
+				}
+				for (int c = 0; c < nc; c++)
+					isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], ones));
+			}
+		}
+		for (int c = 0; c < nc; c++)
+			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
+	}
+	if (kind != OPS_PANEL_S8) {
+		/* the offsets: sum over blocks of m (per row) times s (per column) */
+		pb = panel;
+		for (int64_t b = 0; b < n / 32; b++, pb += OPS_PANEL_BLOCK) {
+			__m256 m = _mm256_loadu_ps((const float *)(pb + 288));
+
+			for (int c = 0; c < nc; c++)
+				accm[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[c][b].s), accm[c]);
+		}
+	}
+	for (int c = 0; c < nc; c++)
+		_mm256_storeu_ps(s + (size_t)c * ss, _mm256_add_ps(acc[c], accm[c]));
+}
+
+#define PANEL_DISPATCH(NAME, KIND)                                                                     \
+	void NAME(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)       \
+	{                                                                                              \
+		switch (nc) {                                                                          \
+		case 4: panel_cols(n, panel, a, as, 4, s, ss, KIND); break;                            \
+		case 3: panel_cols(n, panel, a, as, 3, s, ss, KIND); break;                            \
+		case 2: panel_cols(n, panel, a, as, 2, s, ss, KIND); break;                            \
+		default: panel_cols(n, panel, a, as, 1, s, ss, KIND); break;                           \
+		}                                                                                      \
+	}
+
+PANEL_DISPATCH(panel_u4_avx2, OPS_PANEL_U4)
+PANEL_DISPATCH(panel_u5_avx2, OPS_PANEL_U5)
+PANEL_DISPATCH(panel_s8_avx2, OPS_PANEL_S8)

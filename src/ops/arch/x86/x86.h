@@ -26,4 +26,12 @@ void dot_rows_q4_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 void dot_rows_q5_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q6_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 
+void pack_q4_0_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q8_0_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q4_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q5_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void panel_u4_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void panel_u5_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void panel_s8_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+
 #endif

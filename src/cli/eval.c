@@ -1,0 +1,1104 @@
+/* eval.c - `tierkv eval`: every cache policy at every budget, measured against
+ * the full cache on the same texts.
+ *
+ * For each text (BOS + its tokens, cut to the context):
+ *   reference   policy full, f16, no cap: teacher-forced the way generation
+ *               runs - the first --prefill tokens in calls of n_batch (-b),
+ *               logits of every position, then one token per call - keeping
+ *               the logits of every position;
+ *   each row    (policy x budget) the same pass on a fresh engine with the base
+ *               --kv-* params, that policy and a per-sequence K+V cap of
+ *               budget x tokens x the f16 bytes per token (budget 1: no cap),
+ *               scored position by position against the reference: NLL of the
+ *               actual next token, KL(full || policy), argmax agreement; the
+ *               sequence's K+V bytes are read after every decode call;
+ *   generation  (--gen N) from the text's first 32 tokens, N greedy tokens
+ *               with the full cache and with each row (with the same byte cap
+ *               as on the text, so a short generation may fit under it),
+ *               compared by first divergence, BLEU-4 and ROUGE-L.
+ * The copy test (--copy-test) is one more text: BOS, passage A (80 tokens of
+ * the first text, from its start or --copy-offset), filler from the other
+ * texts up to 85% of the context, A again; the score is the NLL of the second
+ * A's tokens after its first (cap: budget x its length). A story's opening is
+ * formulaic enough that a small model predicts it without looking back, so a
+ * passage from the middle tells more about what a policy kept.
+ *
+ * Rows sum NLL, KL and agreement over all predicted positions of all texts;
+ * KV bytes are summed over texts (the table shows the mean per text, the
+ * ratio is sum of peaks / sum of full caches at the end of each text).
+ * stdout gets a markdown table, --json FILE one JSON object per row,
+ * --plot FILE an SVG of delta perplexity against the KV ratio. */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "eval/metrics.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "util/status.h"
+
+#define EVAL_MAX_FILES 256
+#define EVAL_MAX_BUDGETS 16
+#define EVAL_GEN_PREFIX 32     /* tokens of each text the greedy generations start from */
+#define EVAL_COPY_LEN 80       /* tokens of passage A */
+#define EVAL_COPY_FILL 0.85    /* the copy sequence's length as a share of the context */
+#define EVAL_BLEU_N 4
+
+static void eval_help(void)
+{
+	printf("usage: tierkv eval -m MODEL -f TEXT [-f TEXT ...] [options]\n"
+	       "\n"
+	       "Runs each text teacher-forced with the full cache, then with every policy at\n"
+	       "every budget, and prints a markdown table of perplexity, KL divergence and\n"
+	       "top-1 agreement against the full cache, KV bytes per tier, greedy-generation\n"
+	       "agreement (first divergence, BLEU-4, ROUGE-L) and the copy-test loss.\n"
+	       "\n"
+	       "  -m, --model PATH      GGUF model (default: the bundled stories260K.gguf)\n"
+	       "  -f, --file PATH ...   text files (every argument that is not an option is one too)\n"
+	       "      --policies LIST   comma-separated policies, or 'all' (default all:\n"
+	       "                        full,window,h2o,snapkv,tova,attn-threshold,semantic,\n"
+	       "                        streaming,kivi,tiered,adaptive); full always comes first\n"
+	       "      --budgets LIST    per-sequence K+V caps as fractions of the full f16 cache\n"
+	       "                        for the same tokens, in (0, 1]; 1 = no cap (default 1,0.35,0.125,0.0625)\n"
+	       "  -c, --ctx-size N      context; texts are cut to it (default: the model's)\n"
+	       "      --prefill N       tokens decoded in the first call, the rest one by one (default 64)\n"
+	       "  -b, --batch-size N    tokens per forward chunk of that first call (default 64)\n"
+	       "      --gen N           greedy tokens generated from each text's first %d; 0 = skip (default 64)\n"
+	       "      --copy-test       also run the copy test (passage A, filler, A again)\n"
+	       "      --copy-offset N   passage A starts N tokens into the first text (default 0;\n"
+	       "                        implies --copy-test)\n"
+	       "      --json FILE       write one JSON object per row to FILE\n"
+	       "      --plot FILE       write an SVG of delta perplexity against the KV bytes ratio\n"
+	       "  -t, --threads N       threads (default: physical cores)\n"
+	       "  -h, --help            this text\n"
+	       "\n"
+	       "The --kv-* options below set the base parameters of every policy run (the\n"
+	       "reference is always the full f16 cache); --policies and --budgets take the\n"
+	       "place of --kv-policy and --kv-budget. --kv-stats prints each run's cache.\n\n",
+	       EVAL_GEN_PREFIX);
+	cli_kv_help();
+}
+
+struct eval_opts {
+	const char *model, *json, *plot;
+	const char *files[EVAL_MAX_FILES];
+	size_t n_files;
+	enum tkv_policy policies[TKV_POLICY_COUNT];
+	size_t n_pol;
+	double budgets[EVAL_MAX_BUDGETS];
+	size_t n_bud;
+	long prefill, n_gen, copy_offset;
+	int copy_test, kv_stats;
+	struct tkv_engine_params ep;
+};
+
+static int parse_policies(struct cli_args *a, const char *v, struct eval_opts *o)
+{
+	char buf[512], *save = NULL;
+	bool seen[TKV_POLICY_COUNT] = { false };
+
+	if (strlen(v) >= sizeof buf)
+		return cli_usage_error(a, "--policies: list too long");
+	strcpy(buf, v);
+	o->n_pol = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int p;
+
+		if (!strcmp(t, "all")) {
+			for (int i = 0; i < TKV_POLICY_COUNT; i++)
+				seen[i] = true;
+			continue;
+		}
+		if ((p = tkv_policy_parse(t)) < 0)
+			return cli_usage_error(a, "--policies: unknown policy '%s'", t);
+		seen[p] = true;
+	}
+	/* the order of the enum, so full is first and tables compare across runs */
+	for (int i = 0; i < TKV_POLICY_COUNT; i++)
+		if (seen[i])
+			o->policies[o->n_pol++] = (enum tkv_policy)i;
+	if (o->n_pol == 0)
+		return cli_usage_error(a, "--policies: no policy in '%s'", v);
+	return 0;
+}
+
+static int parse_budgets(struct cli_args *a, const char *v, struct eval_opts *o)
+{
+	const char *p = v;
+
+	o->n_bud = 0;
+	while (*p) {
+		char *end;
+		double b;
+
+		errno = 0;
+		b = strtod(p, &end);
+		if (errno || end == p || (*end && *end != ','))
+			return cli_usage_error(a, "--budgets: '%s' is not a list of numbers", v);
+		if (!(b > 0 && b <= 1))
+			return cli_usage_error(a, "--budgets: %g is not in (0, 1]", b);
+		if (o->n_bud == EVAL_MAX_BUDGETS)
+			return cli_usage_error(a, "--budgets: at most %d budgets", EVAL_MAX_BUDGETS);
+		o->budgets[o->n_bud++] = b;
+		p = *end ? end + 1 : end;
+	}
+	if (o->n_bud == 0)
+		return cli_usage_error(a, "--budgets: no budget given");
+	return 0;
+}
+
+static int add_file(struct cli_args *a, struct eval_opts *o, const char *path)
+{
+	if (o->n_files == EVAL_MAX_FILES)
+		return cli_usage_error(a, "at most %d text files", EVAL_MAX_FILES);
+	o->files[o->n_files++] = path;
+	return 0;
+}
+
+static int parse(int argc, char **argv, struct eval_opts *o)
+{
+	struct cli_args a = { argc, argv, 1, "eval" };
+	long x;
+	int rc;
+
+	memset(o, 0, sizeof *o);
+	o->prefill = 64;
+	o->n_gen = 64;
+	o->ep = tkv_engine_default_params();
+	for (int i = 0; i < TKV_POLICY_COUNT; i++)
+		o->policies[o->n_pol++] = (enum tkv_policy)i;
+	o->budgets[o->n_bud++] = 1.0;
+	o->budgets[o->n_bud++] = 0.35;
+	o->budgets[o->n_bud++] = 0.125;
+	o->budgets[o->n_bud++] = 0.0625;
+	for (; a.i < argc; a.i++) {
+		const char *s = argv[a.i], *v;
+
+		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+			eval_help();
+			return -1;
+		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
+			if (!(o->model = cli_value(&a, s)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "-f") || !strcmp(s, "--file")) {
+			if (!(v = cli_value(&a, s)) || (rc = add_file(&a, o, v)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "--policies")) {
+			if (!(v = cli_value(&a, s)) || (rc = parse_policies(&a, v, o)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "--budgets")) {
+			if (!(v = cli_value(&a, s)) || (rc = parse_budgets(&a, v, o)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "-c") || !strcmp(s, "--ctx-size")) {
+			if ((rc = cli_int(&a, s, 0, 1L << 22, &x)))
+				return rc;
+			o->ep.n_ctx = (uint32_t)x;
+		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
+			if ((rc = cli_int(&a, s, 1, 65536, &x)))
+				return rc;
+			o->ep.n_batch = (uint32_t)x;
+		} else if (!strcmp(s, "--prefill")) {
+			if ((rc = cli_int(&a, s, 1, 1L << 22, &o->prefill)))
+				return rc;
+		} else if (!strcmp(s, "--gen")) {
+			if ((rc = cli_int(&a, s, 0, 1L << 22, &o->n_gen)))
+				return rc;
+		} else if (!strcmp(s, "--copy-test")) {
+			o->copy_test = 1;
+		} else if (!strcmp(s, "--copy-offset")) {
+			if ((rc = cli_int(&a, s, 0, 1L << 22, &o->copy_offset)))
+				return rc;
+			o->copy_test = 1;
+		} else if (!strcmp(s, "--json")) {
+			if (!(o->json = cli_value(&a, s)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "--plot")) {
+			if (!(o->plot = cli_value(&a, s)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
+			if ((rc = cli_int(&a, s, 1, 512, &x)))
+				return rc;
+			o->ep.n_threads = (int)x;
+		} else if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget")) {
+			return cli_usage_error(&a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
+		} else if (s[0] == '-' && s[1]) {
+			int handled;
+
+			if ((rc = cli_kv_option(&a, &o->ep, &o->kv_stats, &handled)))
+				return rc;
+			if (!handled)
+				return cli_usage_error(&a, "unknown option '%s'", s);
+		} else if ((rc = add_file(&a, o, s))) {
+			return rc;
+		}
+	}
+	if (o->n_files == 0)
+		return cli_usage_error(&a, "no text: give -f FILE");
+	return 0;
+}
+
+/* ---- runs --------------------------------------------------------------------- */
+
+struct eval_text {
+	const char *path;
+	int32_t *ids;   /* (n) BOS + the text's tokens, cut to the context */
+	size_t n;
+	size_t start;   /* 1 when ids[0] is BOS, else 0 */
+};
+
+struct eval_ctx {
+	const struct eval_opts *o;
+	struct tkv_model *m;
+	size_t n_vocab;
+	size_t bpt;          /* K+V bytes of one token in a full f16 cache */
+	uint32_t n_ctx;
+	float *buf;          /* (buf_rows, n_vocab) logits of one decode call */
+	size_t buf_rows;
+};
+
+/* One teacher-forced pass: ids through a fresh engine and sequence, the first
+ * `prefill` in calls of n_batch and the rest one per call. visit(ctx, i,
+ * logits) gets the logits (n_vocab, borrowed for the call) that predict
+ * ids[i + 1], for i in [from, n - 1). The last token is decoded too, so the
+ * cache ends up holding all n. */
+struct pass {
+	const int32_t *ids;
+	size_t n;
+	size_t from;
+	void (*visit)(void *ctx, size_t i, const float *logits);
+	void *ctx;
+	size_t kv_peak;             /* out: most K+V bytes after any decode call */
+	size_t alloc_peak;          /* out: most page bytes (metadata, unused slots) likewise */
+	struct tkv_kv_stats end;    /* out: the sequence's cache after the last token */
+};
+
+static int open_seq(struct eval_ctx *x, const struct tkv_engine_params *ep, struct tkv_engine **e,
+		    struct tkv_seq **s, struct tkv_error *err)
+{
+	int st;
+
+	*s = NULL;
+	if ((st = tkv_engine_init(e, x->m, ep, err)))
+		return st;
+	if ((st = tkv_seq_init(s, *e, err))) {
+		tkv_engine_free(*e);
+		*e = NULL;
+	}
+	return st;
+}
+
+static void sample_kv(const struct tkv_seq *s, struct pass *p)
+{
+	struct tkv_kv_stats ks;
+
+	tkv_seq_kv_stats(s, &ks);
+	if (ks.kv_bytes > p->kv_peak)
+		p->kv_peak = ks.kv_bytes;
+	if (ks.allocated > p->alloc_peak)
+		p->alloc_peak = ks.allocated;
+}
+
+static int run_pass(struct eval_ctx *x, const struct tkv_engine_params *ep, struct pass *p, struct tkv_error *err)
+{
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	size_t n_pre = (size_t)x->o->prefill < p->n ? (size_t)x->o->prefill : p->n;
+	int st;
+
+	p->kv_peak = p->alloc_peak = 0;
+	if ((st = open_seq(x, ep, &e, &s, err)))
+		return st;
+	/* the engine would chunk one call the same way; separate calls let the
+	 * bytes be read between chunks */
+	for (size_t done = 0; done < n_pre;) {
+		size_t c = n_pre - done < ep->n_batch ? n_pre - done : ep->n_batch;
+
+		if ((st = tkv_seq_decode(s, p->ids + done, c, x->buf + done * x->n_vocab, 1, err)))
+			goto out;
+		sample_kv(s, p);
+		done += c;
+	}
+	for (size_t i = p->from; i < n_pre && i + 1 < p->n; i++)
+		p->visit(p->ctx, i, x->buf + i * x->n_vocab);
+	for (size_t i = n_pre; i < p->n; i++) {
+		bool scored = i >= p->from && i + 1 < p->n;
+
+		if ((st = tkv_seq_decode(s, p->ids + i, 1, scored ? x->buf : NULL, 0, err)))
+			goto out;
+		sample_kv(s, p);
+		if (scored)
+			p->visit(p->ctx, i, x->buf);
+	}
+	tkv_seq_kv_stats(s, &p->end);
+out:
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+	return st;
+}
+
+/* Greedy generation of n_gen tokens after prefix into out. */
+static int run_gen(struct eval_ctx *x, const struct tkv_engine_params *ep, const int32_t *prefix, size_t n_prefix,
+		   size_t n_gen, int32_t *out, struct tkv_error *err)
+{
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	int st;
+
+	if ((st = open_seq(x, ep, &e, &s, err)))
+		return st;
+	if ((st = tkv_seq_decode(s, prefix, n_prefix, x->buf, 0, err)))
+		goto out;
+	for (size_t g = 0; g < n_gen; g++) {
+		out[g] = (int32_t)evm_argmax(x->buf, x->n_vocab);
+		if (g + 1 < n_gen && (st = tkv_seq_decode(s, &out[g], 1, x->buf, 0, err)))
+			goto out;
+	}
+out:
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+	return st;
+}
+
+/* Reference pass visitor: keeps the logits of positions [from, n - 1) and sums
+ * the NLL of positions [lo, hi) (the copy test's first passage). */
+struct ref_visit {
+	float *logits;       /* (n - 1 - from, n_vocab) */
+	size_t from, n_vocab;
+	const int32_t *ids;
+	size_t lo, hi;
+	double nll;
+	size_t n_nll;
+};
+
+static void ref_visit(void *ctx, size_t i, const float *logits)
+{
+	struct ref_visit *r = ctx;
+
+	if (i >= r->lo && i < r->hi) {
+		r->nll += evm_nll(logits, r->n_vocab, r->ids[i + 1]);
+		r->n_nll++;
+	}
+	if (i >= r->from)
+		memcpy(r->logits + (i - r->from) * r->n_vocab, logits, r->n_vocab * sizeof *logits);
+}
+
+/* Policy pass visitor: scores each position against the reference's logits. */
+struct cmp_visit {
+	const float *ref;    /* (n - 1 - from, n_vocab) */
+	size_t from, n_vocab;
+	const int32_t *ids;
+	struct evm_acc acc;
+};
+
+static void cmp_visit(void *ctx, size_t i, const float *logits)
+{
+	struct cmp_visit *c = ctx;
+
+	evm_acc_add(&c->acc, c->ref + (i - c->from) * c->n_vocab, logits, c->n_vocab, c->ids[i + 1]);
+}
+
+/* One line of the table: a policy at a budget, summed over texts. */
+struct eval_row {
+	enum tkv_policy policy;
+	double budget;            /* share of the full cache; 1 = no cap */
+	struct evm_acc acc;       /* teacher-forced positions against the reference */
+	double kv_peak, kv_full;  /* sums over texts (bytes) */
+	double alloc_peak;        /* sum over texts of the peak page bytes */
+	double tier[3];           /* sums over texts of K+V bytes per tier at the end */
+	uint64_t evicted, demoted, merged, pages_read, pages_skipped;
+	size_t n_texts;
+	double first_div, bleu, rouge;  /* sums over generations */
+	size_t n_gen;
+	struct evm_acc copy;      /* the second passage of the copy test */
+	double seconds;
+	int failed;
+};
+
+static size_t budget_bytes(double frac, size_t n_tokens, size_t bpt)
+{
+	double b;
+
+	if (frac >= 1.0)
+		return 0;
+	b = frac * (double)n_tokens * (double)bpt;
+	return b < 1.0 ? 1 : (size_t)b;
+}
+
+static struct tkv_engine_params row_params(const struct eval_opts *o, const struct eval_row *r, size_t budget)
+{
+	struct tkv_engine_params ep = o->ep;
+
+	ep.kv.policy = r->policy;
+	ep.kv.seq_budget = budget;
+	return ep;
+}
+
+/* The reference: the full cache at f16 with no pool limit, whatever the base
+ * params say, so it never evicts or fails for memory. */
+static struct tkv_engine_params ref_params(const struct eval_opts *o)
+{
+	struct tkv_engine_params ep = o->ep;
+
+	ep.kv.policy = TKV_POLICY_FULL;
+	ep.kv.seq_budget = 0;
+	ep.kv_type = TKV_KV_F16;
+	ep.kv_mem = 0;
+	return ep;
+}
+
+static void row_fail(struct eval_row *r, const char *what, const char *path, int st, const struct tkv_error *err)
+{
+	fprintf(stderr, "tierkv eval: %s at budget %g, %s on %s: %s\n", tkv_policy_name(r->policy), r->budget, what,
+		path, err->msg[0] ? err->msg : tkv_status_str(st));
+	r->failed = 1;
+}
+
+/* Everything for one text: the reference, then every row. */
+static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_row *rows, size_t n_rows,
+		     double *ref_seconds)
+{
+	const struct eval_opts *o = x->o;
+	struct tkv_engine_params rp = ref_params(o);
+	struct ref_visit rv = { 0 };
+	struct pass p = { 0 };
+	struct tkv_error err = { 0 };
+	size_t n_prefix = t->n < EVAL_GEN_PREFIX ? t->n : EVAL_GEN_PREFIX, n_gen = 0;
+	int32_t *ref_gen = NULL, *gen = NULL;
+	double t0 = cli_now(), full_bytes;
+	int st, rc = CLI_ERR;
+
+	if (o->n_gen > 0) {
+		n_gen = (size_t)o->n_gen;
+		if (n_prefix + n_gen > x->n_ctx)
+			n_gen = x->n_ctx - n_prefix;
+	}
+	rv.logits = malloc((t->n - 1) * x->n_vocab * sizeof *rv.logits);
+	ref_gen = malloc((n_gen + 1) * sizeof *ref_gen);
+	gen = malloc((n_gen + 1) * sizeof *gen);
+	if (!rv.logits || !ref_gen || !gen) {
+		fprintf(stderr, "tierkv eval: out of memory for the reference logits of %s (%zu x %zu floats)\n",
+			t->path, t->n - 1, x->n_vocab);
+		goto out;
+	}
+	rv.n_vocab = x->n_vocab;
+	rv.ids = t->ids;
+	p.ids = t->ids;
+	p.n = t->n;
+	p.visit = ref_visit;
+	p.ctx = &rv;
+	if ((st = run_pass(x, &rp, &p, &err)) ||
+	    (n_gen && (st = run_gen(x, &rp, t->ids, n_prefix, n_gen, ref_gen, &err)))) {
+		fprintf(stderr, "tierkv eval: the full-cache reference failed on %s: %s\n", t->path,
+			err.msg[0] ? err.msg : tkv_status_str(st));
+		goto out;
+	}
+	full_bytes = (double)p.end.kv_bytes;
+	if (p.end.kv_bytes != t->n * x->bpt)
+		fprintf(stderr, "tierkv eval: note: the full cache holds %zu K+V bytes for %zu tokens, "
+			"expected %zu x %zu = %zu\n", p.end.kv_bytes, t->n, t->n, x->bpt, t->n * x->bpt);
+	*ref_seconds += cli_now() - t0;
+
+	for (size_t r = 0; r < n_rows; r++) {
+		struct eval_row *row = &rows[r];
+		struct tkv_engine_params ep = row_params(o, row, budget_bytes(row->budget, t->n, x->bpt));
+		struct cmp_visit cv = { .ref = rv.logits, .from = 0, .n_vocab = x->n_vocab, .ids = t->ids };
+		struct pass q = { .ids = t->ids, .n = t->n, .from = 0, .visit = cmp_visit, .ctx = &cv };
+
+		t0 = cli_now();
+		if ((st = run_pass(x, &ep, &q, &err))) {
+			row_fail(row, "teacher-forced", t->path, st, &err);
+			continue;
+		}
+		if (o->kv_stats) {
+			fprintf(stderr, "tierkv eval: %s at budget %g on %s:\n", tkv_policy_name(row->policy), row->budget,
+				t->path);
+			cli_print_kv_stats(stderr, &q.end, t->n * x->bpt);
+		}
+		evm_acc_merge(&row->acc, &cv.acc);
+		row->kv_peak += (double)q.kv_peak;
+		row->kv_full += full_bytes;
+		row->alloc_peak += (double)q.alloc_peak;
+		for (int k = 0; k < 3; k++)
+			row->tier[k] += (double)q.end.tier_bytes[k];
+		row->evicted += q.end.evicted;
+		row->demoted += q.end.demoted;
+		row->merged += q.end.merged;
+		row->pages_read += q.end.pages_read;
+		row->pages_skipped += q.end.pages_skipped;
+		row->n_texts++;
+		if (n_gen) {
+			double f1 = 0.0;
+
+			if ((st = run_gen(x, &ep, t->ids, n_prefix, n_gen, gen, &err))) {
+				row_fail(row, "generation", t->path, st, &err);
+			} else if (evm_rouge_l(gen, n_gen, ref_gen, n_gen, NULL, &f1)) {
+				fprintf(stderr, "tierkv eval: out of memory\n");
+				goto out;
+			} else {
+				row->first_div += (double)evm_first_diff(gen, ref_gen, n_gen);
+				row->bleu += evm_bleu(gen, n_gen, ref_gen, n_gen, EVAL_BLEU_N);
+				row->rouge += f1;
+				row->n_gen++;
+			}
+		}
+		row->seconds += cli_now() - t0;
+	}
+	rc = CLI_OK;
+out:
+	free(gen);
+	free(ref_gen);
+	free(rv.logits);
+	return rc;
+}
+
+/* Builds the copy sequence: BOS (if the texts have one), A (from `off` tokens
+ * into the first text), filler from the other texts (then from the first text
+ * after A, over and over), A again. *a2 gets the index of the second A and
+ * *a_len its length. NULL when the first text or the context is too short, or
+ * memory is. */
+static int32_t *copy_sequence(const struct eval_ctx *x, const struct eval_text *t, size_t n_texts, size_t off,
+			      size_t *n_out, size_t *a2, size_t *a_len)
+{
+	size_t len = (size_t)(EVAL_COPY_FILL * x->n_ctx), b = t[0].start, la = EVAL_COPY_LEN, fill_end, k;
+	const int32_t *a;
+	int32_t *s;
+
+	if (t[0].n < b + off + 8 || len < b + 3 * 8)
+		return NULL;
+	a = t[0].ids + b + off;
+	if (la > t[0].n - b - off)
+		la = t[0].n - b - off;
+	if (la > (len - b) / 3)
+		la = (len - b) / 3;
+	fill_end = len - la;
+	s = malloc(len * sizeof *s);
+	if (!s)
+		return NULL;
+	memcpy(s, t[0].ids, b * sizeof *s);
+	memcpy(s + b, a, la * sizeof *s);
+	k = b + la;
+	for (size_t i = 1; i < n_texts && k < fill_end; i++) {
+		size_t take = t[i].n - t[i].start;
+
+		if (take > fill_end - k)
+			take = fill_end - k;
+		memcpy(s + k, t[i].ids + t[i].start, take * sizeof *s);
+		k += take;
+	}
+	while (k < fill_end) {
+		const int32_t *src = a + la;
+		size_t take = (size_t)(t[0].ids + t[0].n - src);
+
+		if (take == 0) { /* A runs to the end of the first text: repeat it */
+			src = a;
+			take = la;
+		}
+		if (take > fill_end - k)
+			take = fill_end - k;
+		memcpy(s + k, src, take * sizeof *s);
+		k += take;
+	}
+	*a2 = k;
+	memcpy(s + k, a, la * sizeof *s);
+	*n_out = k + la;
+	*a_len = la;
+	return s;
+}
+
+static int eval_copy(struct eval_ctx *x, const struct eval_text *texts, size_t n_texts, struct eval_row *rows,
+		     size_t n_rows, double *ref_seconds)
+{
+	const struct eval_opts *o = x->o;
+	struct tkv_engine_params rp = ref_params(o);
+	struct ref_visit rv = { 0 };
+	struct pass p = { 0 };
+	struct tkv_error err = { 0 };
+	size_t n, a2, la;
+	int32_t *ids = copy_sequence(x, texts, n_texts, (size_t)o->copy_offset, &n, &a2, &la);
+	double t0 = cli_now();
+	int st, rc = CLI_ERR;
+
+	if (!ids) {
+		fprintf(stderr, "tierkv eval: copy test skipped: the first text (after --copy-offset) or the context "
+			"is too short\n");
+		return CLI_OK;
+	}
+	rv.logits = malloc((n - 1 - a2) * x->n_vocab * sizeof *rv.logits);
+	if (!rv.logits) {
+		fprintf(stderr, "tierkv eval: out of memory for the copy test\n");
+		goto out;
+	}
+	/* scored: the second A's tokens after its first (the first cannot be
+	 * told from the filler); the first A's alike, for the note below */
+	rv.from = a2;
+	rv.n_vocab = x->n_vocab;
+	rv.ids = ids;
+	rv.lo = texts[0].start;
+	rv.hi = texts[0].start + la - 1;
+	p.ids = ids;
+	p.n = n;
+	p.from = rv.lo;
+	p.visit = ref_visit;
+	p.ctx = &rv;
+	if ((st = run_pass(x, &rp, &p, &err))) {
+		fprintf(stderr, "tierkv eval: the full-cache copy test failed: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
+		goto out;
+	}
+	*ref_seconds += cli_now() - t0;
+	for (size_t r = 0; r < n_rows; r++) {
+		struct eval_row *row = &rows[r];
+		struct tkv_engine_params ep = row_params(o, row, budget_bytes(row->budget, n, x->bpt));
+		struct cmp_visit cv = { .ref = rv.logits, .from = a2, .n_vocab = x->n_vocab, .ids = ids };
+		struct pass q = { .ids = ids, .n = n, .from = a2, .visit = cmp_visit, .ctx = &cv };
+
+		t0 = cli_now();
+		if ((st = run_pass(x, &ep, &q, &err)))
+			row_fail(row, "copy test", "the copy sequence", st, &err);
+		else
+			row->copy = cv.acc;
+		row->seconds += cli_now() - t0;
+	}
+	if (rows[0].copy.n)
+		fprintf(stderr, "tierkv eval: copy test: %zu tokens, A = %zu tokens at %zu and %zu; full-cache NLL "
+			"%.3f on the first A, %.3f on the second\n", n, la, texts[0].start, a2,
+			rv.n_nll ? rv.nll / (double)rv.n_nll : NAN, rows[0].copy.nll_ref / (double)rows[0].copy.n);
+	rc = CLI_OK;
+out:
+	free(rv.logits);
+	free(ids);
+	return rc;
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+/* Values of a row, NaN where not measured. */
+struct row_vals {
+	double kv_peak, ratio, ppl, ppl_full, dppl, kl, top1, first_div, bleu, rouge, copy_nll, copy_full;
+	double tier[3];
+};
+
+static struct row_vals row_values(const struct eval_row *r)
+{
+	struct row_vals v;
+	double nt = (double)r->n_texts;
+
+	v.kv_peak = r->n_texts ? r->kv_peak / nt : NAN;
+	v.ratio = r->kv_full > 0 ? r->kv_peak / r->kv_full : NAN;
+	v.ppl = evm_ppl(r->acc.nll, r->acc.n);
+	v.ppl_full = evm_ppl(r->acc.nll_ref, r->acc.n);
+	v.dppl = 100.0 * (v.ppl / v.ppl_full - 1.0);
+	v.kl = r->acc.n ? r->acc.kl / (double)r->acc.n : NAN;
+	v.top1 = r->acc.n ? 100.0 * (double)r->acc.top1 / (double)r->acc.n : NAN;
+	v.first_div = r->n_gen ? r->first_div / (double)r->n_gen : NAN;
+	v.bleu = r->n_gen ? r->bleu / (double)r->n_gen : NAN;
+	v.rouge = r->n_gen ? r->rouge / (double)r->n_gen : NAN;
+	v.copy_nll = r->copy.n ? r->copy.nll / (double)r->copy.n : NAN;
+	v.copy_full = r->copy.n ? r->copy.nll_ref / (double)r->copy.n : NAN;
+	for (int k = 0; k < 3; k++)
+		v.tier[k] = r->n_texts ? r->tier[k] / nt : NAN;
+	return v;
+}
+
+/* "%.*f" of x, or "-" when it was not measured. */
+static const char *num(char *buf, size_t cap, const char *fmt, double x)
+{
+	if (isnan(x))
+		snprintf(buf, cap, "-");
+	else
+		snprintf(buf, cap, fmt, x);
+	return buf;
+}
+
+static const char *bytes(char *buf, size_t cap, double x)
+{
+	return isnan(x) ? strcpy(buf, "-") : cli_fmt_bytes(buf, cap, x);
+}
+
+static void print_table(FILE *f, const struct eval_row *rows, size_t n_rows, int copy)
+{
+	fprintf(f, "| policy | budget | KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
+		"hot | warm | cold | evicted | demoted | merged | skipped |\n", copy ? " copy NLL |" : "");
+	fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|---:|---:|---:|---:|\n",
+		copy ? "---:|" : "");
+	for (size_t i = 0; i < n_rows; i++) {
+		const struct eval_row *r = &rows[i];
+		struct row_vals v = row_values(r);
+		char b[16][32];
+
+		fprintf(f, "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", tkv_policy_name(r->policy),
+			r->failed ? " (failed)" : "", num(b[0], 32, "%g", r->budget), bytes(b[1], 32, v.kv_peak),
+			num(b[2], 32, "%.3f", v.ratio), num(b[3], 32, "%.4f", v.ppl), num(b[4], 32, "%+.2f", v.dppl),
+			num(b[5], 32, "%.5f", v.kl), num(b[6], 32, "%.2f", v.top1), num(b[7], 32, "%.1f", v.first_div),
+			num(b[8], 32, "%.3f", v.bleu), num(b[9], 32, "%.3f", v.rouge));
+		if (copy)
+			fprintf(f, " %s |", num(b[10], 32, "%.3f", v.copy_nll));
+		fprintf(f, " %s | %s | %s | %llu | %llu | %llu | %llu |\n", bytes(b[11], 32, v.tier[0]),
+			bytes(b[12], 32, v.tier[1]), bytes(b[13], 32, v.tier[2]), (unsigned long long)r->evicted,
+			(unsigned long long)r->demoted, (unsigned long long)r->merged,
+			(unsigned long long)r->pages_skipped);
+	}
+}
+
+/* A JSON number, or null for what was not measured or is not finite. */
+static void jnum(FILE *f, const char *key, double x)
+{
+	if (isfinite(x))
+		fprintf(f, ",\"%s\":%.9g", key, x);
+	else
+		fprintf(f, ",\"%s\":null", key);
+}
+
+static int write_json(const char *path, const struct eval_row *rows, size_t n_rows)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		fprintf(stderr, "tierkv eval: cannot create %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < n_rows; i++) {
+		const struct eval_row *r = &rows[i];
+		struct row_vals v = row_values(r);
+
+		fprintf(f, "{\"policy\":\"%s\"", tkv_policy_name(r->policy));
+		jnum(f, "budget", r->budget);
+		jnum(f, "failed", r->failed);
+		jnum(f, "texts", (double)r->n_texts);
+		jnum(f, "positions", (double)r->acc.n);
+		jnum(f, "kv_peak_bytes", v.kv_peak);
+		jnum(f, "kv_full_bytes", r->n_texts ? r->kv_full / (double)r->n_texts : NAN);
+		jnum(f, "alloc_peak_bytes", r->n_texts ? r->alloc_peak / (double)r->n_texts : NAN);
+		jnum(f, "ratio", v.ratio);
+		jnum(f, "ppl", v.ppl);
+		jnum(f, "ppl_full", v.ppl_full);
+		jnum(f, "dppl_pct", v.dppl);
+		jnum(f, "kl", v.kl);
+		jnum(f, "top1_pct", v.top1);
+		jnum(f, "gen_texts", (double)r->n_gen);
+		jnum(f, "first_div", v.first_div);
+		jnum(f, "bleu", v.bleu);
+		jnum(f, "rouge_l", v.rouge);
+		jnum(f, "copy_nll", v.copy_nll);
+		jnum(f, "copy_nll_full", v.copy_full);
+		jnum(f, "hot_bytes", v.tier[0]);
+		jnum(f, "warm_bytes", v.tier[1]);
+		jnum(f, "cold_bytes", v.tier[2]);
+		jnum(f, "evicted", (double)r->evicted);
+		jnum(f, "demoted", (double)r->demoted);
+		jnum(f, "merged", (double)r->merged);
+		jnum(f, "pages_read", (double)r->pages_read);
+		jnum(f, "pages_skipped", (double)r->pages_skipped);
+		jnum(f, "seconds", r->seconds);
+		fprintf(f, "}\n");
+	}
+	if (fclose(f)) {
+		fprintf(stderr, "tierkv eval: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- plot --------------------------------------------------------------------- */
+
+#define PLOT_W 760
+#define PLOT_H 480
+#define PLOT_L 72     /* margins (px) */
+#define PLOT_R 170
+#define PLOT_T 44
+#define PLOT_B 56
+
+static const char *const plot_colors[TKV_POLICY_COUNT] = {
+	"#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+	"#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+};
+
+/* The y axis is symmetric-logarithmic, sign(y) log10(1 + |y|), so +0.5% and
+ * +500% both show; the x axis is log2 of the KV ratio. */
+static double symlog(double y)
+{
+	return y < 0 ? -log10(1.0 - y) : log10(1.0 + y);
+}
+
+struct plot_frame {
+	double x0, x1, y0, y1;   /* data range: log2(ratio), symlog(dppl) */
+};
+
+static double px(const struct plot_frame *fr, double ratio)
+{
+	return PLOT_L + (log2(ratio) - fr->x0) / (fr->x1 - fr->x0) * (PLOT_W - PLOT_L - PLOT_R);
+}
+
+static double py(const struct plot_frame *fr, double dppl)
+{
+	return PLOT_H - PLOT_B - (symlog(dppl) - fr->y0) / (fr->y1 - fr->y0) * (PLOT_H - PLOT_T - PLOT_B);
+}
+
+static bool plottable(const struct eval_row *r)
+{
+	struct row_vals v = row_values(r);
+
+	return !r->failed && isfinite(v.ratio) && v.ratio > 0 && isfinite(v.dppl);
+}
+
+static int write_plot(const char *path, const struct eval_row *rows, size_t n_rows)
+{
+	struct plot_frame fr = { INFINITY, -INFINITY, 0.0, -INFINITY };
+	FILE *f = fopen(path, "w");
+	int n_leg = 0;
+
+	if (!f) {
+		fprintf(stderr, "tierkv eval: cannot create %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < n_rows; i++) {
+		struct row_vals v = row_values(&rows[i]);
+
+		if (!plottable(&rows[i]))
+			continue;
+		fr.x0 = fmin(fr.x0, floor(log2(v.ratio)));
+		fr.x1 = fmax(fr.x1, ceil(log2(v.ratio)));
+		fr.y0 = fmin(fr.y0, symlog(v.dppl));
+		fr.y1 = fmax(fr.y1, symlog(v.dppl));
+	}
+	if (!isfinite(fr.x0)) {
+		fr.x0 = -4;
+		fr.x1 = 0;
+	}
+	if (fr.x1 - fr.x0 < 1)
+		fr.x0 = fr.x1 - 1;
+	/* half decades, so a small negative delta does not take a decade of room */
+	fr.y0 = floor(2 * fr.y0) / 2;
+	fr.y1 = fmax(ceil(2 * fr.y1) / 2, fr.y0 + 1);
+
+	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+		"font-family=\"sans-serif\" font-size=\"12\">\n"
+		"<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+		"<text x=\"%d\" y=\"24\" font-size=\"15\">tierkv eval: perplexity against KV bytes</text>\n",
+		PLOT_W, PLOT_H, PLOT_W, PLOT_H, PLOT_L);
+	/* grid and ticks: powers of two across, 0 and powers of ten up and down */
+	for (double e = fr.x0; e <= fr.x1 + 1e-9; e += 1) {
+		double x = px(&fr, exp2(e));
+
+		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, PLOT_T, x,
+			PLOT_H - PLOT_B);
+		if (e >= 0)
+			fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, PLOT_H - PLOT_B + 16,
+				exp2(e));
+		else
+			fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">1/%g</text>\n", x,
+				PLOT_H - PLOT_B + 16, exp2(-e));
+	}
+	for (int j = -1; j <= 16; j++) {
+		for (int sign = 1; sign >= -1; sign -= 2) {
+			/* 0, 1, 3, 10, 30, ... */
+			double val = j < 0 ? 0.0 : sign * pow(10, j / 2) * (j % 2 ? 3 : 1), y;
+
+			if (symlog(val) < fr.y0 - 1e-9 || symlog(val) > fr.y1 + 1e-9 || (j < 0 && sign < 0))
+				continue;
+			y = py(&fr, val);
+			fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>\n", PLOT_L, y,
+				PLOT_W - PLOT_R, y, val == 0 ? "#999" : "#ddd");
+			fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%+g%%</text>\n", PLOT_L - 6, y + 4,
+				val);
+		}
+	}
+	fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", PLOT_L,
+		PLOT_T, PLOT_W - PLOT_L - PLOT_R, PLOT_H - PLOT_T - PLOT_B);
+	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">KV bytes (peak) / full f16 cache (log scale)</text>\n",
+		(PLOT_W - PLOT_R + PLOT_L) / 2, PLOT_H - 14);
+	fprintf(f, "<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">"
+		"Δ perplexity vs full (%%, symmetric log)</text>\n", (PLOT_H - PLOT_B + PLOT_T) / 2);
+
+	/* one polyline with markers per policy, points in order of ratio */
+	for (int pol = 0; pol < TKV_POLICY_COUNT; pol++) {
+		const struct eval_row *pts[EVAL_MAX_BUDGETS + 1];
+		size_t n = 0;
+
+		for (size_t i = 0; i < n_rows && n < EVAL_MAX_BUDGETS + 1; i++)
+			if ((int)rows[i].policy == pol && plottable(&rows[i]))
+				pts[n++] = &rows[i];
+		if (n == 0)
+			continue;
+		for (size_t i = 1; i < n; i++) /* insertion sort by ratio */
+			for (size_t j = i; j > 0 && row_values(pts[j]).ratio < row_values(pts[j - 1]).ratio; j--) {
+				const struct eval_row *tmp = pts[j];
+
+				pts[j] = pts[j - 1];
+				pts[j - 1] = tmp;
+			}
+		fprintf(f, "<g stroke=\"%s\" fill=\"%s\">\n", plot_colors[pol], plot_colors[pol]);
+		if (n > 1) {
+			fprintf(f, "<polyline fill=\"none\" stroke-width=\"1.5\" points=\"");
+			for (size_t i = 0; i < n; i++) {
+				struct row_vals v = row_values(pts[i]);
+
+				fprintf(f, "%s%.1f,%.1f", i ? " " : "", px(&fr, v.ratio), py(&fr, v.dppl));
+			}
+			fprintf(f, "\"/>\n");
+		}
+		for (size_t i = 0; i < n; i++) {
+			struct row_vals v = row_values(pts[i]);
+
+			fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"><title>%s @ %g: ratio %.3f, %+.2f%%</title>"
+				"</circle>\n", px(&fr, v.ratio), py(&fr, v.dppl), tkv_policy_name(pts[i]->policy),
+				pts[i]->budget, v.ratio, v.dppl);
+		}
+		fprintf(f, "</g>\n");
+		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>"
+			"<circle cx=\"%d\" cy=\"%d\" r=\"3.5\" fill=\"%s\"/>"
+			"<text x=\"%d\" y=\"%d\">%s</text>\n",
+			PLOT_W - PLOT_R + 14, PLOT_T + 8 + 18 * n_leg, PLOT_W - PLOT_R + 38, PLOT_T + 8 + 18 * n_leg,
+			plot_colors[pol], PLOT_W - PLOT_R + 26, PLOT_T + 8 + 18 * n_leg, plot_colors[pol],
+			PLOT_W - PLOT_R + 44, PLOT_T + 12 + 18 * n_leg, tkv_policy_name((enum tkv_policy)pol));
+		n_leg++;
+	}
+	fprintf(f, "</svg>\n");
+	if (fclose(f)) {
+		fprintf(stderr, "tierkv eval: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- main --------------------------------------------------------------------- */
+
+static int load_text(struct eval_ctx *x, const char *path, struct eval_text *t)
+{
+	const struct tok *tok = llama_tokenizer(x->m);
+	size_t len, n = 0;
+	char *text = cli_read_file(path, &len);
+	int st;
+
+	memset(t, 0, sizeof *t);
+	t->path = path;
+	if (!text)
+		return CLI_ERR;
+	tok_encode(tok, text, len, tok_add_bos(tok), false, NULL, 0, &n);
+	if (n < 2) {
+		fprintf(stderr, "tierkv eval: %s has no tokens to predict\n", path);
+		free(text);
+		return CLI_ERR;
+	}
+	t->ids = malloc(n * sizeof *t->ids);
+	if (!t->ids || (st = tok_encode(tok, text, len, tok_add_bos(tok), false, t->ids, n, &n))) {
+		fprintf(stderr, "tierkv eval: cannot tokenize %s\n", path);
+		free(text);
+		return CLI_ERR;
+	}
+	free(text);
+	t->n = n < x->n_ctx ? n : x->n_ctx;
+	t->start = tok_add_bos(tok) && tok_bos(tok) >= 0 && t->ids[0] == tok_bos(tok);
+	if (n > x->n_ctx)
+		fprintf(stderr, "tierkv eval: %s: %zu tokens, cut to the context of %u\n", path, n, x->n_ctx);
+	return CLI_OK;
+}
+
+int cli_eval(int argc, char **argv)
+{
+	struct eval_opts o;
+	struct eval_ctx x = { 0 };
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_model_info info;
+	struct tkv_error err = { 0 };
+	struct eval_text *texts = NULL;
+	struct eval_row *rows = NULL;
+	size_t n_rows = 0, n_tok = 0;
+	double t_start = cli_now(), ref_seconds = 0.0;
+	int rc = CLI_ERR, st;
+
+	st = parse(argc, argv, &o);
+	if (st == -1)
+		return CLI_OK;
+	if (st)
+		return st;
+	if (!o.model && !(o.model = cli_bundled_model())) {
+		fprintf(stderr, "tierkv eval: no -m given and the bundled model was not found\n");
+		return CLI_USAGE;
+	}
+	if ((st = tkv_model_load(&x.m, o.model, &mp, &err))) {
+		fprintf(stderr, "tierkv eval: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
+		return CLI_ERR;
+	}
+	tkv_model_get_info(x.m, &info);
+	x.o = &o;
+	x.n_vocab = info.n_vocab;
+	x.bpt = tkv_model_kv_bytes_per_token(x.m);
+	x.n_ctx = o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train;
+	o.ep.n_ctx = x.n_ctx;
+	x.buf_rows = (size_t)o.prefill < x.n_ctx ? (size_t)o.prefill : x.n_ctx;
+	x.buf = malloc(x.buf_rows * x.n_vocab * sizeof *x.buf);
+	texts = calloc(o.n_files, sizeof *texts);
+	rows = calloc(1 + o.n_pol * o.n_bud, sizeof *rows);
+	if (!x.buf || !texts || !rows) {
+		fprintf(stderr, "tierkv eval: out of memory\n");
+		goto out;
+	}
+	for (size_t i = 0; i < o.n_files; i++) {
+		if (load_text(&x, o.files[i], &texts[i]))
+			goto out;
+		n_tok += texts[i].n;
+	}
+	/* full once (it never evicts, so a cap changes nothing), then the rest */
+	rows[n_rows].policy = TKV_POLICY_FULL;
+	rows[n_rows++].budget = 1.0;
+	for (size_t p = 0; p < o.n_pol; p++)
+		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++) {
+			rows[n_rows].policy = o.policies[p];
+			rows[n_rows++].budget = o.budgets[b];
+		}
+	fprintf(stderr, "tierkv eval: %s, %zu texts (%zu tokens), context %u, %zu runs per text, "
+		"prefill %ld, gen %ld%s\n", o.model, o.n_files, n_tok, x.n_ctx, n_rows, o.prefill, o.n_gen,
+		o.copy_test ? ", copy test" : "");
+
+	for (size_t i = 0; i < o.n_files; i++) {
+		double t0 = cli_now();
+
+		if (eval_text(&x, &texts[i], rows, n_rows, &ref_seconds))
+			goto out;
+		fprintf(stderr, "tierkv eval: [%zu/%zu] %s: %zu tokens, %.1f s\n", i + 1, o.n_files, texts[i].path,
+			texts[i].n, cli_now() - t0);
+	}
+	if (o.copy_test && eval_copy(&x, texts, o.n_files, rows, n_rows, &ref_seconds))
+		goto out;
+
+	print_table(stdout, rows, n_rows, o.copy_test);
+	if (fflush(stdout)) {
+		fprintf(stderr, "tierkv eval: cannot write to standard output\n");
+		goto out;
+	}
+	if (o.json && write_json(o.json, rows, n_rows))
+		goto out;
+	if (o.plot && write_plot(o.plot, rows, n_rows))
+		goto out;
+	{
+		double total = cli_now() - t_start, slowest = 0.0;
+		size_t is = 0;
+
+		for (size_t r = 0; r < n_rows; r++)
+			if (rows[r].seconds > slowest) {
+				slowest = rows[r].seconds;
+				is = r;
+			}
+		fprintf(stderr, "tierkv eval: %.1f s in all: references %.1f s, %zu policy rows %.1f s "
+			"(slowest: %s at %g, %.1f s; full %.1f s)\n", total, ref_seconds, n_rows,
+			total - ref_seconds, tkv_policy_name(rows[is].policy), rows[is].budget, slowest, rows[0].seconds);
+	}
+	rc = CLI_OK;
+	for (size_t r = 0; r < n_rows; r++)
+		if (rows[r].failed)
+			rc = CLI_ERR;
+out:
+	if (texts)
+		for (size_t i = 0; i < o.n_files; i++)
+			free(texts[i].ids);
+	free(texts);
+	free(rows);
+	free(x.buf);
+	tkv_model_free(x.m);
+	return rc;
+}
