@@ -5,6 +5,10 @@ need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)
 [ -f /usr/include/cmocka.h ] || need+=(libcmocka-dev)
+# tierkv serve: HTTP server and JSON libraries; curl for its tests
+[ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
+[ -f /usr/include/jansson.h ] || need+=(libjansson-dev)
+command -v curl >/dev/null || need+=(curl)
 if [ "${TKV_FUZZ_DEPS:-0}" = 1 ]; then
 	command -v clang >/dev/null || need+=(clang)
 	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)

@@ -15,6 +15,7 @@ static void usage(FILE *f)
 		"  tokenize   print the tokens of a text\n"
 		"  gen-model  write a llama GGUF with random weights of a real shape (for benchmarks)\n"
 		"  bench      measure prefill and decode speed against the memory-bandwidth limit\n"
+		"  serve      OpenAI-compatible HTTP server with continuous batching\n"
 		"  eval       compare cache policies and budgets with the full cache on texts\n"
 		"\n"
 		"'tierkv COMMAND --help' describes each command's options.\n"
@@ -48,6 +49,8 @@ int main(int argc, char **argv)
 		return cli_gen_model(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench"))
 		return cli_bench(argc - 1, argv + 1);
+	if (!strcmp(cmd, "serve"))
+		return cli_serve(argc - 1, argv + 1);
 	if (!strcmp(cmd, "eval"))
 		return cli_eval(argc - 1, argv + 1);
 	fprintf(stderr, "tierkv: unknown command '%s'\n", cmd);

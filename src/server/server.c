@@ -1,0 +1,166 @@
+/* server.c - `tierkv serve` start-up and shutdown. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "server/srv_impl.h"
+
+struct srv_params srv_default_params(void)
+{
+	struct srv_params p = {
+		.host = "127.0.0.1",
+		.port = 8080,
+		.max_seqs = 32,
+		.max_queue = 256,
+		.max_body = (size_t)1 << 20,
+		.max_tokens = 4096,
+		.timeout = 600,
+		.max_preempt = 3,
+		.ep = tkv_engine_default_params(),
+	};
+
+	p.ep.n_batch = 256;
+	return p;
+}
+
+/* The chat template: --chat-template, else the model's tokenizer.chat_template
+ * when it is a known family, else the plain fallback. */
+static int pick_template(struct srv *s, struct srv_chat_tmpl *t)
+{
+	const struct gguf_kv *kv = gguf_find(llama_gguf(s->model), "tokenizer.chat_template");
+	int32_t eos = tok_eos(s->tok);
+	size_t n = 0;
+	const char *piece = eos >= 0 ? tok_piece(s->tok, eos, &n) : NULL;
+
+	memset(t, 0, sizeof *t);
+	if (piece && n < sizeof t->eos)
+		memcpy(t->eos, piece, n);
+	if (s->p.chat_template) {
+		if (srv_chat_parse(s->p.chat_template, t)) {
+			fprintf(stderr, "tierkv serve: --chat-template: unknown family '%s' (one of %s)\n",
+				s->p.chat_template, srv_chat_family_names());
+			return -1;
+		}
+		return 0;
+	}
+	t->sys_tags = true;
+	if (kv && kv->type == GGUF_TYPE_STRING) {
+		int f = srv_chat_detect(kv->v.str.ptr, kv->v.str.len);
+
+		if (f >= 0) {
+			t->fmt = (enum srv_chat_fmt)f;
+			if (f == SRV_CHAT_LLAMA2 && !srv_chat_detect_sys(kv->v.str.ptr, kv->v.str.len))
+				t->sys_tags = false;
+			return 0;
+		}
+		fprintf(stderr, "tierkv serve: the model's chat template is not one tierkv knows; using the plain "
+			"format (choose one with --chat-template: %s)\n", srv_chat_family_names());
+	}
+	t->fmt = SRV_CHAT_PLAIN;
+	return 0;
+}
+
+static void model_id(struct srv *s)
+{
+	const char *base = strrchr(s->p.model_path, '/');
+	size_t n;
+
+	if (s->p.alias) {
+		snprintf(s->model_id, sizeof s->model_id, "%s", s->p.alias);
+		return;
+	}
+	base = base ? base + 1 : s->p.model_path;
+	n = strlen(base);
+	if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+		n -= 5;
+	if (n >= sizeof s->model_id)
+		n = sizeof s->model_id - 1;
+	memcpy(s->model_id, base, n);
+	s->model_id[n] = 0;
+}
+
+int srv_run(const struct srv_params *p)
+{
+	struct srv *s = calloc(1, sizeof *s);
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_error err = { 0 };
+	struct srv_err se;
+	sigset_t sigs;
+	int sig = 0, rc = 1;
+	char mem[32];
+
+	if (!s) {
+		fprintf(stderr, "tierkv serve: out of memory\n");
+		return 1;
+	}
+	s->p = *p;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->sched_cv, NULL);
+
+	if (tkv_model_load(&s->model, p->model_path, &mp, &err) ||
+	    tkv_engine_init(&s->engine, s->model, &s->p.ep, &err)) {
+		fprintf(stderr, "tierkv serve: %s\n", err.msg[0] ? err.msg : "cannot start the engine");
+		goto out;
+	}
+	tkv_model_get_info(s->model, &s->info);
+	s->tok = llama_tokenizer(s->model);
+	s->n_ctx = p->ep.n_ctx ? p->ep.n_ctx : s->info.n_ctx_train;
+	model_id(s);
+	s->started = (long)time(NULL);
+	s->api.tok = s->tok;
+	s->api.n_ctx = s->n_ctx;
+	s->api.n_vocab = s->info.n_vocab;
+	s->api.max_tokens = (uint32_t)p->max_tokens;
+	s->api.seed_base = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 20 ^ (uint64_t)clock();
+	if (pick_template(s, &s->api.chat))
+		goto out;
+	srv_pred_init(&s->pred, &s->info, tkv_model_kv_bytes_per_token(s->model), &s->p.ep, p->kv_expect);
+	if (srv_sched_start(s)) {
+		fprintf(stderr, "tierkv serve: cannot start the scheduler thread\n");
+		goto out;
+	}
+	if (http_start(s, &se)) {
+		fprintf(stderr, "tierkv serve: %s\n", se.msg);
+		goto out;
+	}
+	if (p->ep.kv_mem)
+		snprintf(mem, sizeof mem, "%.1f MiB", (double)p->ep.kv_mem / (1024.0 * 1024.0));
+	else
+		snprintf(mem, sizeof mem, "unlimited");
+	fprintf(stderr, "tierkv serve: model %s (%u layers, context %u), KV policy %s, KV memory %s, "
+		"chat template %s, up to %d sequences\n", s->model_id, s->info.n_layer, s->n_ctx,
+		tkv_policy_name(p->ep.kv.policy), mem, srv_chat_name(&s->api.chat), p->max_seqs);
+	fprintf(stderr, "tierkv serve: listening on http://%s%s%s:%d\n", strchr(p->host, ':') ? "[" : "", p->host,
+		strchr(p->host, ':') ? "]" : "", http_port(s));
+	if (sigwait(&sigs, &sig) == 0)
+		fprintf(stderr, "tierkv serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	rc = 0;
+out:
+	srv_sched_stop(s);
+	http_stop(s);
+	if (rc == 0 && p->kv_stats && s->engine) {
+		struct tkv_kv_stats ks;
+
+		tkv_engine_kv_stats(s->engine, &ks);
+		fprintf(stderr, "tierkv serve: KV peak %zu bytes of %zu, evicted %llu, governor runs %llu\n",
+			ks.peak_allocated, ks.budget, (unsigned long long)ks.evicted, (unsigned long long)ks.gov_runs);
+	}
+	/* requests still referenced by nobody but the scheduler are gone; the rest
+	 * were answered before the daemon stopped */
+	tkv_engine_free(s->engine);
+	tkv_model_free(s->model);
+	pthread_cond_destroy(&s->sched_cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	return rc;
+}

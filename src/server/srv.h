@@ -1,0 +1,50 @@
+/* srv.h - `tierkv serve`: an OpenAI-compatible HTTP server over one engine.
+ *
+ * A front end: it drives the engine through the public API (include/tierkv.h)
+ * plus the tokenizer and sampler, and never reaches into the cache.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; those threads parse
+ * and validate a request, put it in the queue and wait on its condition
+ * variable. One scheduler thread owns the engine: each iteration it drops
+ * cancelled requests, admits queued ones (their prefill joins the batch) and
+ * advances every live sequence by one token with tkv_engine_step.
+ *
+ * The CLI (src/cli/serve.c) parses the options into srv_params and calls
+ * srv_run, which returns when SIGINT or SIGTERM arrives. */
+#ifndef TKV_SERVER_SRV_H
+#define TKV_SERVER_SRV_H
+
+#include <stddef.h>
+
+#include "tierkv.h"
+
+struct srv_params {
+	const char *model_path;   /* GGUF file (required) */
+	const char *alias;        /* model id in the API; NULL = file name without .gguf */
+	const char *host;         /* address to bind (default "127.0.0.1") */
+	int port;                 /* 8080; 0 = any free port (the chosen one is printed) */
+	const char *api_key;      /* NULL = no key; else "Authorization: Bearer KEY" */
+	const char *chat_template;/* NULL = from the model's metadata; else a family name */
+	int max_seqs;             /* sequences generating at once (32) */
+	int max_queue;            /* requests waiting for admission (256) */
+	size_t max_body;          /* request body bytes (1 MiB) */
+	int max_tokens;           /* max_tokens a request may ask for (4096) */
+	double timeout;           /* seconds a request may take, queue included; 0 = none (600) */
+	int max_preempt;          /* times a request may be preempted before it fails (3) */
+	double kv_expect;         /* expected cache bytes per token / full f16; 0 = from the policy */
+	int verbose;              /* log every request on stderr */
+	int kv_stats;             /* print the cache statistics at exit */
+	struct tkv_engine_params ep;
+};
+
+struct srv_params srv_default_params(void);
+/* Loads the model, starts the engine, the scheduler and the HTTP daemon, and
+ * serves until SIGINT/SIGTERM. Returns 0 after a clean shutdown, 1 on a
+ * start-up failure (message on stderr). Blocks SIGINT and SIGTERM in the
+ * calling thread and the threads it starts. */
+int srv_run(const struct srv_params *p);
+
+/* Chat template families (chat.c). */
+const char *srv_chat_family_names(void);
+
+#endif

@@ -1,0 +1,300 @@
+/* srv_impl.h - declarations shared by the server's files (not a public API).
+ *
+ *   buf.c      growable byte buffer (srv_buf_*)
+ *   chat.c     chat templates: detection from GGUF metadata, rendering (srv_chat_*)
+ *   api.c      OpenAI request JSON -> generation params; response JSON (srv_api_*)
+ *   predict.c  demand predictor: expected final length and KV bytes (srv_pred_*)
+ *   sched.c    request queue, admission, continuous batching loop (srv_sched_*)
+ *   metrics.c  Prometheus text (srv_metrics_*)
+ *   http.c     libmicrohttpd daemon, routing, SSE, errors (http_*)
+ *   server.c   start-up, shutdown (srv_run) */
+#ifndef TKV_SERVER_SRV_IMPL_H
+#define TKV_SERVER_SRV_IMPL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "server/srv.h"
+#include "tierkv.h"
+
+/* ---- buffer --------------------------------------------------------------- */
+
+struct srv_buf {
+	char *p;      /* NUL-terminated when non-NULL */
+	size_t len, cap;
+};
+
+/* 0 or -1 (out of memory; the buffer keeps what it had). */
+int srv_buf_add(struct srv_buf *b, const char *s, size_t n);
+int srv_buf_str(struct srv_buf *b, const char *s);
+int srv_buf_printf(struct srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void srv_buf_free(struct srv_buf *b);
+
+/* ---- chat templates ------------------------------------------------------- */
+
+enum srv_chat_fmt {
+	SRV_CHAT_PLAIN = 0, /* "System: ...\nUser: ...\nAssistant:" for models without a template */
+	SRV_CHAT_CHATML,    /* <|im_start|>role\n...<|im_end|> */
+	SRV_CHAT_LLAMA2,    /* [INST] <<SYS>>...<</SYS>> ... [/INST] (Mistral without <<SYS>>) */
+	SRV_CHAT_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+	SRV_CHAT_ZEPHYR,    /* <|role|>\n...</s> */
+	SRV_CHAT_PHI3,      /* <|role|>\n...<|end|> */
+	SRV_CHAT_GEMMA,     /* <start_of_turn>user\n...<end_of_turn> */
+	SRV_CHAT_COUNT
+};
+
+struct srv_chat_tmpl {
+	enum srv_chat_fmt fmt;
+	bool sys_tags;       /* llama-2: <<SYS>> block (false: Mistral, system joins the first user turn) */
+	char eos[32];        /* text of the EOS token, for templates that close turns with it */
+};
+
+struct srv_chat_msg {
+	const char *role;    /* "system", "user" or "assistant" (borrowed) */
+	const char *content; /* borrowed */
+	size_t content_len;
+};
+
+/* Family of a Jinja template text by its marker strings; -1 when unknown. */
+int srv_chat_detect(const char *tmpl, size_t len);
+/* Whether a llama-2 family template has a <<SYS>> block (else: Mistral style). */
+bool srv_chat_detect_sys(const char *tmpl, size_t len);
+/* Family by name ("chatml", "llama-2", "mistral", "llama-3", "zephyr", "phi-3",
+ * "gemma", "plain"); -1 when unknown. */
+int srv_chat_parse(const char *name, struct srv_chat_tmpl *t);
+const char *srv_chat_name(const struct srv_chat_tmpl *t);
+/* Renders the conversation and the assistant's generation prompt into out. BOS
+ * is not written (the tokenizer adds it). 0 or -1 on out of memory. */
+int srv_chat_render(const struct srv_chat_tmpl *t, const struct srv_chat_msg *m, size_t n, struct srv_buf *out);
+
+/* ---- request parameters (api.c) -------------------------------------------- */
+
+enum srv_kind { SRV_COMPLETION = 0, SRV_CHAT = 1 };
+
+#define SRV_MAX_STOP 4
+#define SRV_MAX_STOP_LEN 256
+
+/* What a request asks for, validated. Owns ids and stop strings. */
+struct srv_gen {
+	enum srv_kind kind;
+	bool stream;
+	bool include_usage;      /* stream_options.include_usage */
+	bool ignore_eos;
+	bool seed_set;           /* else the server picks a seed per request */
+	int32_t *ids;            /* prompt tokens (n_prompt) */
+	size_t n_prompt;
+	uint32_t max_tokens;     /* after clamping to the context */
+	struct samp_params sp;
+	float freq_penalty, presence_penalty;  /* OpenAI's, applied to generated tokens */
+	char *stop[SRV_MAX_STOP];
+	size_t stop_len[SRV_MAX_STOP];
+	int n_stop;
+	char ignored[160];       /* unknown fields, comma-separated (reported in a header) */
+};
+
+/* An OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
+struct srv_err {
+	int http;            /* 400, 401, 404, 413, 500, 503, ... */
+	const char *type;    /* "invalid_request_error", "server_error", ... (static) */
+	const char *code;    /* static or NULL */
+	char param[48];      /* "" = null */
+	char msg[256];
+};
+
+/* Fills e and returns -1. */
+int srv_errf(struct srv_err *e, int http, const char *type, const char *code, const char *param,
+	     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* What request parsing needs to know about the model and the limits. */
+struct srv_api_ctx {
+	const struct tok *tok;
+	struct srv_chat_tmpl chat;
+	uint32_t n_ctx;          /* tokens per sequence */
+	uint32_t n_vocab;
+	uint32_t max_tokens;     /* --max-tokens */
+	uint64_t seed_base;      /* mixed into the seed of requests without one */
+};
+
+/* Parses a request body (len bytes, any bytes) for kind into g. 0, or -1 with e
+ * filled (400 for everything the client got wrong, 503 out of memory). g is
+ * zeroed first and must be released with srv_gen_free either way. */
+int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *body, size_t len,
+		  struct srv_gen *g, struct srv_err *e);
+void srv_gen_free(struct srv_gen *g);
+
+/* JSON texts (malloc'd, NUL-terminated; NULL on out of memory). */
+char *srv_api_error_json(const struct srv_err *e);
+struct srv_usage { uint32_t prompt, completion; };
+char *srv_api_response_json(enum srv_kind kind, const char *id, long created, const char *model,
+			    const char *text, size_t len, const char *finish, const struct srv_usage *u);
+/* One SSE chunk's JSON: role (chat's first chunk) or text, finish or NULL. */
+char *srv_api_chunk_json(enum srv_kind kind, const char *id, long created, const char *model,
+			 bool role, const char *text, size_t len, const char *finish);
+/* The usage chunk of stream_options.include_usage (choices empty). */
+char *srv_api_usage_chunk_json(enum srv_kind kind, const char *id, long created, const char *model,
+			       const struct srv_usage *u);
+char *srv_api_models_json(const char *model, long created);
+
+/* ---- demand predictor (predict.c) ------------------------------------------ */
+
+struct srv_pred {
+	/* output length history: exponentially weighted mean and mean deviation */
+	double out_mean, out_dev;
+	uint64_t n_hist;
+	/* error of the final-length predictions made at admission */
+	double abs_err_sum;
+	uint64_t n_err;
+	/* KV bytes per cached token: model f16 K+V x format, page overhead, policy */
+	double bpt_full;          /* full-precision bytes per token, page metadata included */
+	double ratio;             /* expected bytes of a compressed token / a full one */
+	uint32_t n_protect;       /* sinks + window: tokens the policy keeps at full precision */
+	size_t seq_cap;           /* per-sequence K+V cap of the policy (0 = none) */
+	double overhead;          /* allocated / K+V bytes, learned from the pool */
+};
+
+/* Sets the priors from the model and the engine params (and --kv-expect when > 0). */
+void srv_pred_init(struct srv_pred *p, const struct tkv_model_info *mi, size_t kv_bytes_per_token,
+		   const struct tkv_engine_params *ep, double kv_expect);
+/* Expected output tokens of a request allowed max_tokens. */
+uint32_t srv_pred_out(const struct srv_pred *p, uint32_t max_tokens);
+/* Expected KV bytes of a sequence of n tokens under the policy. */
+double srv_pred_bytes(const struct srv_pred *p, uint32_t n);
+/* Records a finished request: predicted and actual final lengths (tokens). */
+void srv_pred_finish(struct srv_pred *p, uint32_t predicted, uint32_t actual, uint32_t n_out);
+/* Learns the page overhead from the engine's figures. */
+void srv_pred_observe(struct srv_pred *p, const struct tkv_kv_stats *ks);
+double srv_pred_mae(const struct srv_pred *p);
+
+/* ---- requests and the scheduler (sched.c) ----------------------------------- */
+
+enum srv_finish { SRV_FIN_NONE = 0, SRV_FIN_STOP, SRV_FIN_LENGTH, SRV_FIN_ERROR };
+
+struct srv;
+
+/* One request, shared by its HTTP thread and the scheduler (refs). Fields under
+ * "published" change only under srv->mu; the scheduler's own fields are
+ * touched only by the scheduler thread. */
+struct srv_req {
+	struct srv *srv;
+	struct srv_gen gen;
+	char id[40];              /* "chatcmpl-..." / "cmpl-..." */
+	long created;             /* unix seconds */
+	double t_enqueue;         /* monotonic seconds */
+	double deadline;          /* monotonic seconds; 0 = none */
+
+	/* published (srv->mu) */
+	int refs;
+	pthread_cond_t cv;
+	struct srv_buf text;      /* generated text that is final (stop strings held back) */
+	bool done;
+	enum srv_finish finish;
+	struct srv_err err;       /* when finish == SRV_FIN_ERROR */
+	uint32_t n_gen_pub;       /* completion tokens */
+	bool cancelled;           /* set by the HTTP side: client gone */
+	bool queued;              /* in the wait queue */
+	struct srv_req *qnext;    /* queue / live list link */
+
+	/* scheduler-owned */
+	struct tkv_seq *seq;
+	struct samp *smp;
+	struct tok_stream ts;
+	float *logits;            /* (n_vocab) */
+	int32_t *ctx;             /* (n_prompt + max_tokens) prompt then generated ids */
+	uint32_t n_gen;           /* generated tokens in ctx */
+	uint32_t n_fed;           /* tokens of ctx in the sequence */
+	uint32_t *counts;         /* (n_vocab) generated-token counts, for OpenAI penalties */
+	struct srv_buf raw;       /* all generated text, stop strings not yet cut */
+	size_t raw_pub;           /* bytes of raw already published */
+	uint32_t pred_len;        /* predicted final length at first admission */
+	uint32_t pred_out;        /* predicted output tokens */
+	int preempted;            /* times preempted */
+	uint64_t admit_seq;       /* admission order */
+	bool prefix_published;
+	bool got_first;           /* first token generated (for time to first token) */
+};
+
+/* HTTP status codes counted in /metrics; the last slot takes any other. */
+#define SRV_N_CODES 11
+extern const int srv_http_codes[SRV_N_CODES];
+int srv_code_slot(int code);
+
+/* Counters the HTTP side and the scheduler update (atomics) and the
+ * scheduler's last snapshot (under srv->mu). */
+struct srv_stats {
+	atomic_ullong http[SRV_N_CODES]; /* responses by status code, slots of srv_code_slot */
+	atomic_ullong requests;       /* generation requests accepted into the queue */
+	atomic_ullong prompt_tokens, gen_tokens;
+	atomic_ullong fin_stop, fin_length, fin_cancel, fin_error;
+	atomic_ullong preemptions, steps, rejected_queue_full, timeouts;
+	/* under srv->mu */
+	double ttft_sum;              /* seconds from enqueue to first token */
+	uint64_t ttft_n;
+	double tok_rate;              /* generated tokens/s over the last window */
+	double rate_t0, last_step;
+	uint64_t rate_tokens;
+	struct tkv_kv_stats kv;       /* engine figures after a recent step */
+	double kv_time;
+	uint32_t n_live, n_queued;
+	double pred_mae;
+	uint64_t pred_n;
+};
+
+struct srv {
+	struct srv_params p;
+	struct tkv_model *model;
+	struct tkv_engine *engine;
+	const struct tok *tok;
+	struct tkv_model_info info;
+	uint32_t n_ctx;
+	char model_id[128];
+	long started;
+	struct srv_api_ctx api;
+
+	pthread_mutex_t mu;
+	pthread_cond_t sched_cv;      /* wakes the scheduler: new request, cancel, stop */
+	struct srv_req *q_head, *q_tail;  /* waiting for admission */
+	uint32_t n_queued;
+	bool stopping;                /* no new requests; scheduler ends */
+	pthread_t sched_thread;
+	bool sched_started;
+	struct srv_pred pred;         /* scheduler-owned */
+	struct srv_req *live;         /* scheduler-owned list of admitted requests */
+	uint32_t n_live;
+	uint64_t admit_counter;
+	atomic_ullong id_counter;
+	struct srv_stats st;
+	struct MHD_Daemon *httpd;
+};
+
+/* Makes a request from parsed params (taking ownership of g's contents): refs 1. */
+struct srv_req *srv_req_new(struct srv *s, struct srv_gen *g);
+/* Drops a reference (under no lock); the last one frees. */
+void srv_req_put(struct srv_req *r);
+/* Queues r (adds the scheduler's reference). 0, or -1 with e (queue full,
+ * stopping). */
+int srv_sched_submit(struct srv *s, struct srv_req *r, struct srv_err *e);
+/* Marks r cancelled (the client went away); the scheduler frees its sequence. */
+void srv_sched_cancel(struct srv *s, struct srv_req *r);
+int srv_sched_start(struct srv *s);
+/* Fails every queued and live request with 503, stops and joins the scheduler. */
+void srv_sched_stop(struct srv *s);
+
+/* ---- metrics, http ---------------------------------------------------------- */
+
+char *srv_metrics_text(struct srv *s);
+
+int http_start(struct srv *s, struct srv_err *e);
+void http_stop(struct srv *s);
+/* Port the daemon listens on. */
+int http_port(struct srv *s);
+
+double srv_now(void);
+const char *srv_finish_name(enum srv_finish f);
+
+#endif
