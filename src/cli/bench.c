@@ -400,6 +400,9 @@ int cli_bench(int argc, char **argv)
 	uint64_t wbytes, fbytes;
 	char type_name[32], b1[32], b2[32];
 
+	for (int i = 1; i < argc; i++) /* concurrent sequences per policy: bench_serve.c */
+		if (!strcmp(argv[i], "--serve"))
+			return cli_bench_serve(argc, argv);
 	st = bench_parse(argc, argv, &o);
 	if (st == -1)
 		return CLI_OK;

@@ -64,6 +64,8 @@ int cli_inspect(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_gen_model(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+/* `tierkv bench --serve` (bench_serve.c), reached from cli_bench. */
+int cli_bench_serve(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 

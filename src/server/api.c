@@ -319,8 +319,8 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 	json_error_t je;
 	json_t *root, *v, *input = NULL;
 	const char *key;
-	long long max_tokens = -1, x;
-	double d;
+	long long max_tokens = -1, x = 0;
+	double d = 0;
 	int r = -1, rc;
 
 	memset(g, 0, sizeof *g);
