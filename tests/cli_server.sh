@@ -324,5 +324,18 @@ expect_error to 504
 expect_body to '"code":"timeout"'
 stop slow
 
+# prefix sharing: requests with a common system prompt reuse its pages
+start pfx --prefix-cache on -t 2
+URL=$pfx_url
+sys=$(for i in $(seq 20); do printf 'Lily liked to play in the park with Ben. '; done)
+for i in 1 2 3 4; do
+	post "p$i" /v1/chat/completions "{\"messages\":[{\"role\":\"system\",\"content\":\"$sys\"},{\"role\":\"user\",\"content\":\"Story $i\"}],\"max_tokens\":4}"
+	expect_code "p$i" 200
+done
+sleep 0.3
+req pmetrics GET /metrics
+expect_body pmetrics '^tierkv_prefix_hits_total [1-9]'
+stop pfx
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

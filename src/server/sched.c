@@ -669,11 +669,20 @@ static void *sched_main(void *arg)
 	c.piece = malloc(c.piece_cap);
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
+		bool idle_snapshot = false;
 		double now;
 
 		while (!s->stopping && !s->q_head && !s->live) {
 			s->st.n_live = 0;
 			s->st.n_queued = 0;
+			if (!idle_snapshot) {
+				/* the figures of the last step, for /metrics while idle */
+				pthread_mutex_unlock(&s->mu);
+				snapshot(s, srv_now(), true);
+				pthread_mutex_lock(&s->mu);
+				idle_snapshot = true;
+				continue;
+			}
 			pthread_cond_wait(&s->sched_cv, &s->mu);
 		}
 		if (s->stopping || !c.piece)
