@@ -714,7 +714,9 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		memmove(mv, mv + n, (size_t)(n_mv - n) * sizeof *mv);
 		n_mv -= n;
 	}
-	kv_stream_drop_empty(s, st);
+	/* evictions leave holes and a page only returns once empty: pack them */
+	if (kv_stream_compact(s, st) && st_ == TKV_OK)
+		st_ = TKV_ERR_NOMEM;
 out:
 	tkv_free(s->alloc, rm);
 	tkv_free(s->alloc, V);
@@ -729,7 +731,7 @@ out:
 
 int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st)
 {
-	double slack, target;
+	double slack, target, step = 0.0;
 	int rc = TKV_OK;
 
 	if (!c->evicts || st->budget == 0 || st->kv_bytes <= st->budget)
@@ -759,15 +761,16 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 	if (slack > st->budget / 4.0)
 		slack = st->budget / 4.0;
 	target = (double)st->budget - slack;
-	for (int round = 0; round < 4 && st->kv_bytes > st->budget && rc == TKV_OK; round++) {
-		size_t before = st->kv_bytes;
-
+	/* pages hold whole slots and every tier in use holds a page of its own:
+	 * while over, tighten by the overshoot, at least the dearest page, until
+	 * nothing unprotected is left to give */
+	for (uint32_t t = 0; t < c->n_tiers; t++)
+		step = fmax(step, (double)kv_page_kv_bytes(fmt_cap(c, c->tier_fmt[t]), s->head_dim, c->tier_fmt[t]));
+	while (st->kv_bytes > st->budget && rc == TKV_OK) {
 		rc = maintain_round(c, s, st, target);
-		/* partial pages cost more than their slots: tighten by the overshoot */
-		if (st->kv_bytes > st->budget)
-			target -= (double)(st->kv_bytes - st->budget);
-		if (st->kv_bytes >= before && round > 0)
+		if (target < 0)
 			break;
+		target -= fmax((double)st->kv_bytes - (double)st->budget, step);
 	}
 	return rc;
 }

@@ -6,6 +6,8 @@
 #include "util/alloc.h"
 #include "util/status.h"
 
+#define KV_SEQ_MAX_D 512  /* head sizes the model accepts (LLAMA_MAX_HEAD_DIM) */
+
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
 		uint32_t head_dim, struct tkv_alloc *a, struct tkv_error *err)
 {
@@ -160,6 +162,93 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
 		else if (st->tail == st->n_pages)
 			st->tail = i;
 	}
+}
+
+/* Pages whose slots compaction may move: private (not in the prefix tree),
+ * partly filled. */
+static int partial(const struct kv_page *pg)
+{
+	return pg->n_used > 0 && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN);
+}
+
+/* Moves the last m slots of page a to the end of page b (same format and
+ * rotation, b has room), in the pages' own (possibly rotated) space. Per-slot
+ * formats copy exactly (f16 and q8 rows decode and re-encode to the same
+ * bits); packed ones re-pack b with its slots and the new ones (K and V:
+ * scratch for b->cap rows), one more rounding of b's key parameters, as when
+ * the policy tops a page up. */
+static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a, struct kv_page *b, uint32_t m,
+		       float *K, float *V)
+{
+	uint32_t d = s->head_dim, na = a->n_used - m, nb = b->n_used;
+
+	if (kv_fmt_packed(b->fmt)) {
+		kv_tier_load_k_slots(b->fmt, b->k, b->cap, d, 0, nb, K);
+		kv_tier_load_v_slots(b->fmt, b->v, b->cap, d, 0, nb, V);
+		kv_tier_load_k_slots(a->fmt, a->k, a->cap, d, na, m, K + (size_t)nb * d);
+		kv_tier_load_v_slots(a->fmt, a->v, a->cap, d, na, m, V + (size_t)nb * d);
+		kv_tier_pack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
+	} else {
+		float k[KV_SEQ_MAX_D], v[KV_SEQ_MAX_D];
+
+		for (uint32_t j = 0; j < m; j++) {
+			kv_tier_load_k(a->fmt, a->k, a->cap, d, na + j, k);
+			kv_tier_load_v(a->fmt, a->v, a->cap, d, na + j, v);
+			kv_tier_store(b->fmt, b->k, b->v, b->cap, d, nb + j, k, v);
+		}
+	}
+	memcpy(b->pos + nb, a->pos + na, m * sizeof *b->pos);
+	memcpy(b->score + nb, a->score + na, m * sizeof *b->score);
+	kv_stream_set_used(s, st, b, nb + m);
+	kv_stream_set_used(s, st, a, na);
+}
+
+int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
+{
+	uint32_t d = s->head_dim, cap_max = 0;
+	float *K = NULL, *V = NULL;
+	int rc = TKV_OK;
+
+	for (uint32_t i = 0; i < st->n_pages; i++)
+		if (kv_fmt_packed(st->pages[i]->fmt) && partial(st->pages[i]) && st->pages[i]->cap > cap_max)
+			cap_max = st->pages[i]->cap;
+	if (cap_max) {
+		K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+		V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+		if (!K || !V)
+			rc = TKV_ERR_NOMEM; /* per-slot formats still compact */
+	}
+	for (;;) {
+		struct kv_page *a = NULL, *b = NULL;
+
+		/* the emptiest partial page that has a partner of its format and
+		 * rotation, and the fullest such partner: each move empties a or
+		 * fills b, so the partial pages dwindle to one per group */
+		for (uint32_t i = 0; i < st->n_pages; i++) {
+			struct kv_page *pi = st->pages[i];
+
+			if (!partial(pi) || (rc && kv_fmt_packed(pi->fmt)))
+				continue;
+			for (uint32_t j = 0; j < st->n_pages; j++) {
+				struct kv_page *pj = st->pages[j];
+
+				if (j == i || !partial(pj) || pj->fmt != pi->fmt ||
+				    (pj->flags & KV_PAGE_ROT) != (pi->flags & KV_PAGE_ROT))
+					continue;
+				if (!a || pi->n_used < a->n_used || (pi == a && pj->n_used > b->n_used)) {
+					a = pi;
+					b = pj;
+				}
+			}
+		}
+		if (!a)
+			break;
+		move_slots(s, st, a, b, a->n_used < b->cap - b->n_used ? a->n_used : b->cap - b->n_used, K, V);
+	}
+	tkv_free(s->alloc, V);
+	tkv_free(s->alloc, K);
+	kv_stream_drop_empty(s, st);
+	return rc;
 }
 
 /* Hot pages a stream needs for n_new more tokens. */

@@ -75,6 +75,14 @@ void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *
 void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, uint32_t j);
 /* Returns empty pages to the pool. */
 void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
+/* Packs the slots of partly filled private pages of one format and rotation
+ * into as few pages as they fill (removing slots leaves holes, and a page only
+ * goes back to the pool once empty), then returns empty pages. Slots keep
+ * their positions and scores; per-slot formats move bit for bit, q4/q2 pages
+ * that receive slots are re-packed. Frozen (shared) pages are left alone.
+ * TKV_ERR_NOMEM when scratch for a re-pack cannot be had: q4/q2 pages then
+ * stay as they are, the rest is compacted. */
+int kv_stream_compact(struct kv_seq *s, struct kv_stream *st);
 
 /* ---- attention (attn.c) ---- */
 
