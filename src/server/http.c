@@ -127,15 +127,22 @@ static void abs_deadline(struct timespec *ts, double secs)
 	}
 }
 
-/* Waits under s->mu until cond holds for r, or the client leaves (then cancels
- * r and returns false). */
-static bool wait_for(struct srv *s, struct srv_req *r, int fd, size_t have_text)
+/* Waits under s->mu until r has more than have_text bytes of text or is done.
+ * Every WAIT_SLICE seconds (*checked: when the socket was last looked at) it
+ * checks whether the client left; if so it cancels r and returns false. */
+static bool wait_for(struct srv *s, struct srv_req *r, int fd, size_t have_text, double *checked)
 {
 	while (!r->done && r->text.len == have_text) {
 		struct timespec ts;
+		double now;
 
 		abs_deadline(&ts, WAIT_SLICE);
-		if (pthread_cond_timedwait(&r->cv, &s->mu, &ts) == ETIMEDOUT && !r->done && peer_gone(fd)) {
+		pthread_cond_timedwait(&r->cv, &s->mu, &ts);
+		now = srv_now();
+		if (now - *checked < WAIT_SLICE || r->done)
+			continue;
+		*checked = now;
+		if (peer_gone(fd)) {
 			r->cancelled = true;
 			pthread_cond_signal(&s->sched_cv);
 			return false;
@@ -181,6 +188,7 @@ struct http_stream {
 	int fd;
 	bool role_sent, ended;
 	size_t text_sent;        /* bytes of r->text already sent */
+	double checked;          /* when the socket was last checked */
 	struct srv_buf out;      /* SSE bytes not yet handed to MHD */
 	size_t out_off;
 };
@@ -214,7 +222,7 @@ static int stream_fill(struct http_stream *st)
 		return sse(&st->out, srv_api_chunk_json(SRV_CHAT, r->id, r->created, s->model_id, true, NULL, 0, NULL));
 	}
 	pthread_mutex_lock(&s->mu);
-	if (!wait_for(s, r, st->fd, st->text_sent)) {
+	if (!wait_for(s, r, st->fd, st->text_sent, &st->checked)) {
 		pthread_mutex_unlock(&s->mu);
 		return -1;
 	}
@@ -310,6 +318,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 			st->s = s;
 			st->r = r;
 			st->fd = fd;
+			st->checked = srv_now();
 		}
 		resp = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free) : NULL;
 		if (!resp) {
@@ -332,10 +341,11 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 	{
 		char *json;
 		struct srv_usage u;
+		double checked = srv_now();
 
 		pthread_mutex_lock(&s->mu);
 		while (!r->done)
-			if (!wait_for(s, r, fd, r->text.len)) {
+			if (!wait_for(s, r, fd, r->text.len, &checked)) {
 				pthread_mutex_unlock(&s->mu);
 				srv_req_put(r);
 				return MHD_NO; /* the client left: close */
