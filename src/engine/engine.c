@@ -308,7 +308,7 @@ static int seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
 	if (!e->cfg.evicts)
 		return TKV_OK;
 	kv_policy_split_budget(&e->cfg, s->kv, seq_cap(s));
-	if (seq_cap(s) == 0)
+	if (seq_cap(s) == 0 && !e->cfg.always)
 		return TKV_OK;
 	tpool_run(e->tp, maint_worker, &j);
 	return j.status;

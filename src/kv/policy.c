@@ -160,6 +160,8 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 		c->prio = KV_PRIO_LAST;
 		break;
 	case TKV_POLICY_ATTN_THRESHOLD:
+		c->always = true;
+		break;
 	case TKV_POLICY_STREAMING:
 		break;
 	case TKV_POLICY_SEMANTIC:
@@ -168,6 +170,7 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 		break;
 	case TKV_POLICY_KIVI:
 		c->tier_fmt[0] = p->cold_fmt;
+		c->always = true;
 		break;
 	case TKV_POLICY_ADAPTIVE:
 		c->adaptive = true;
@@ -734,8 +737,16 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 	double slack, target, step = 0.0;
 	int rc = TKV_OK;
 
-	if (!c->evicts || st->budget == 0 || st->kv_bytes <= st->budget)
+	if (!c->evicts)
 		return TKV_OK;
+	if (st->budget == 0 || st->kv_bytes <= st->budget) {
+		if (!c->always)
+			return TKV_OK;
+		/* new low-format pages can take the stream past its budget */
+		rc = maintain_round(c, s, st, INFINITY);
+		if (rc || st->budget == 0 || st->kv_bytes <= st->budget)
+			return rc;
+	}
 	/* shared prefix pages are protected; when they alone break the budget,
 	 * this sequence takes private copies it may then shrink (copy-on-write) */
 	{

@@ -49,6 +49,8 @@ struct kv_cfg {
 	uint32_t group;                   /* query heads per KV head */
 	uint32_t obs_window;              /* snapkv: last queries of a prefill chunk that vote */
 	bool completion, rotate, adaptive, evicts;
+	bool always;                      /* acts within the budget too: kivi quantizes,
+					   * attn-threshold drops slots under the threshold */
 	float skip;                       /* cold-page skip margin in logits, 0 = off */
 	float decay, threshold, semantic_weight;
 	size_t seq_budget;                /* default per-sequence K+V budget */
@@ -69,7 +71,8 @@ void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float
  * never below what its protected slots need. bytes 0 clears the budgets. */
 void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes);
 
-/* Brings one stream within its budget. TKV_OK also when nothing was to do;
+/* Brings one stream within its budget; policies marked `always` also act
+ * within it (budget 0 included). TKV_OK also when nothing was to do;
  * TKV_ERR_NOMEM if scratch could not be had (the stream is unchanged). */
 int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st);
 
