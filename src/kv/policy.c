@@ -700,7 +700,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 			kv_stream_remove_slot(s, st, cand[rm[i]].page, cand[rm[i]].slot);
 	}
 	/* land the moved slots in their new tiers, then free empty pages */
-	for (uint32_t t = 0; t < c->n_tiers && st_ == TKV_OK; t++) {
+	for (uint32_t t = 0; t < c->n_tiers && st_ == TKV_OK && n_mv; t++) {
 		uint32_t n = 0;
 
 		for (uint32_t i = 0; i < n_mv; i++)
@@ -717,6 +717,9 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		memmove(mv, mv + n, (size_t)(n_mv - n) * sizeof *mv);
 		n_mv -= n;
 	}
+	/* a failed landing leaves the later tiers' slots nowhere: they are gone */
+	st->evicted += n_mv;
+	st->demoted -= n_mv;
 	/* evictions leave holes and a page only returns once empty: pack them */
 	if (kv_stream_compact(s, st) && st_ == TKV_OK)
 		st_ = TKV_ERR_NOMEM;

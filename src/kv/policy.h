@@ -73,7 +73,9 @@ void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t byt
 
 /* Brings one stream within its budget; policies marked `always` also act
  * within it (budget 0 included). TKV_OK also when nothing was to do;
- * TKV_ERR_NOMEM if scratch could not be had (the stream is unchanged). */
+ * TKV_ERR_NOMEM if scratch or a page could not be had: the stream is then
+ * consistent (accounting exact, protected slots kept, slots lost counted as
+ * evicted) but maybe only partly maintained. */
 int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st);
 
 #endif
