@@ -12,10 +12,12 @@
  *  4. samples each sequence that got logits, detokenizes, cuts stop strings
  *     and publishes the new text to the waiting HTTP thread.
  * A sequence refused by the budget (TKV_ERR_KV_FULL) keeps its place and
- * retries; to make room the request with the largest predicted remaining
- * demand is preempted: its sequence is freed and it goes back to the head of
- * the queue, to be recomputed (prompt + tokens so far) when admitted again.
- * A request preempted more than --max-preempt times fails with a 503.
+ * retries; to make room one request is preempted - the least often preempted,
+ * then the one with the largest predicted remaining demand: its sequence is
+ * freed and it goes back to the head of the queue, to be recomputed (prompt +
+ * tokens so far) when admitted again, which waits until its worst case
+ * (max_tokens) fits. A request preempted more than --max-preempt times fails
+ * with a 503.
  *
  * Prefix sharing: admission asks the engine for the cached pages of the
  * prompt's longest known prefix (tkv_seq_reuse_prefix) and, once the prompt
@@ -321,11 +323,13 @@ static bool stop_scan(struct srv_req *r, size_t *safe)
 
 /* ---- admission ------------------------------------------------------------------ */
 
-/* Predicted final length of r now (it may have outgrown the first guess). */
+/* Predicted final length of r now (it may have outgrown the first guess). A
+ * request that was preempted is held to its worst case, so that it is only
+ * admitted again when all of it fits. */
 static uint32_t pred_final(const struct srv *s, const struct srv_req *r)
 {
 	uint32_t have = (uint32_t)r->gen.n_prompt + r->n_gen;
-	uint32_t out = srv_pred_out(&s->pred, r->gen.max_tokens);
+	uint32_t out = r->preempted ? r->gen.max_tokens : srv_pred_out(&s->pred, r->gen.max_tokens);
 	uint32_t n = (uint32_t)r->gen.n_prompt + out;
 
 	if (n < have + 1 && r->n_gen < r->gen.max_tokens)
@@ -623,7 +627,8 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		s->st.rate_tokens = 0;
 	}
 
-	/* make room: preempt the request with the largest predicted remaining demand */
+	/* make room: preempt the request preempted least often, and among those
+	 * the one with the largest predicted remaining demand (then the newest) */
 	if (kv_full) {
 		struct srv_req *victim = NULL;
 		double worst = -1;
@@ -632,7 +637,9 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		for (r = s->live; r; r = r->qnext) {
 			double rem = srv_pred_bytes(&s->pred, pred_final(s, r)) - srv_pred_bytes(&s->pred, r->n_fed);
 
-			if (rem > worst || (victim && rem == worst && r->admit_seq > victim->admit_seq)) {
+			if (!victim || r->preempted < victim->preempted ||
+			    (r->preempted == victim->preempted &&
+			     (rem > worst || (rem == worst && r->admit_seq > victim->admit_seq)))) {
 				worst = rem;
 				victim = r;
 			}
