@@ -365,61 +365,82 @@ void quant_act_q8_256_avx2(const float *x, void *out, int64_t n)
 	}
 
 /* q4_0: sum over blocks of dw dy sum((q - 8) y). The -8 comes off in int32
- * as 8 sum(y) per lane group, computed once per block for all rows. */
+ * as 8 sum(y) per lane group, computed once per block for all rows. Even and
+ * odd blocks go to two accumulators: one would make every block wait for the
+ * previous block's FMA (4 cycles), which bounds a single row's speed. */
 static inline __attribute__((always_inline)) void q4_0_rows(int64_t n, const void *w, size_t ws, int nr,
 							    const void *a, float *s)
 {
 	const struct blk_q8_32 *y = a;
 	const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
 	const struct blk_q4_0 *b[OPS_DOT_ROWS];
-	__m256 acc[OPS_DOT_ROWS];
+	__m256 acc[OPS_DOT_ROWS][2];
+	int64_t nb = n / QK4_0;
 
 	for (int r = 0; r < nr; r++) {
 		b[r] = row_at(w, ws, r);
-		acc[r] = _mm256_setzero_ps();
+		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 	}
-	for (int64_t i = 0; i < n / QK4_0; i++) {
-		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);
-		__m256i y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, yq), ones);
-
-		for (int r = 0; r < nr; r++) {
-			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(b[r][i].qs), yq), ones);
-
-			p = _mm256_sub_epi32(p, y8);
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r]);
-		}
+	/* u (0 or 1) is a constant after unrolling, so acc stays in registers */
+#define Q4_0_BLOCK(i, u)                                                                                   \
+	do {                                                                                               \
+		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);                                 \
+		__m256i y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, yq), ones);                    \
+		for (int r = 0; r < nr; r++) {                                                             \
+			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(b[r][i].qs), yq), ones); \
+			p = _mm256_sub_epi32(p, y8);                                                       \
+			acc[r][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                 \
+						    _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r][u]);   \
+		}                                                                                          \
+	} while (0)
+	for (int64_t i = 0; i + 1 < nb; i += 2) {
+		Q4_0_BLOCK(i, 0);
+		Q4_0_BLOCK(i + 1, 1);
 	}
+	if (nb & 1)
+		Q4_0_BLOCK(nb - 1, 0);
+#undef Q4_0_BLOCK
 	for (int r = 0; r < nr; r++)
-		s[r] = hsum_ps(acc[r]);
+		s[r] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
 DOT_ROWS_DISPATCH(dot_rows_q4_0_avx2, q4_0_rows)
 
-/* q8_0: signed times signed through |w| and y with w's sign. */
+/* q8_0: signed times signed through |w| and y with w's sign; two
+ * accumulators as in q4_0. */
 static inline __attribute__((always_inline)) void q8_0_rows(int64_t n, const void *w, size_t ws, int nr,
 							    const void *a, float *s)
 {
 	const struct blk_q8_32 *y = a;
 	const __m256i ones = _mm256_set1_epi16(1);
 	const struct blk_q8_0 *b[OPS_DOT_ROWS];
-	__m256 acc[OPS_DOT_ROWS];
+	__m256 acc[OPS_DOT_ROWS][2];
+	int64_t nb = n / QK8_0;
 
 	for (int r = 0; r < nr; r++) {
 		b[r] = row_at(w, ws, r);
-		acc[r] = _mm256_setzero_ps();
+		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
 	}
-	for (int64_t i = 0; i < n / QK8_0; i++) {
-		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);
-
-		for (int r = 0; r < nr; r++) {
-			__m256i wq = _mm256_loadu_si256((const __m256i *)b[r][i].qs);
-			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(yq, wq)), ones);
-
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r]);
-		}
+#define Q8_0_BLOCK(i, u)                                                                                   \
+	do {                                                                                               \
+		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);                                 \
+		for (int r = 0; r < nr; r++) {                                                             \
+			__m256i wq = _mm256_loadu_si256((const __m256i *)b[r][i].qs);                      \
+			__m256i p = _mm256_madd_epi16(                                                     \
+				_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(yq, wq)), ones); \
+			acc[r][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                 \
+						    _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r][u]);   \
+		}                                                                                          \
+	} while (0)
+	for (int64_t i = 0; i + 1 < nb; i += 2) {
+		Q8_0_BLOCK(i, 0);
+		Q8_0_BLOCK(i + 1, 1);
 	}
+	if (nb & 1)
+		Q8_0_BLOCK(nb - 1, 0);
+#undef Q8_0_BLOCK
 	for (int r = 0; r < nr; r++)
-		s[r] = hsum_ps(acc[r]);
+		s[r] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
 }
 
 DOT_ROWS_DISPATCH(dot_rows_q8_0_avx2, q8_0_rows)
