@@ -139,13 +139,14 @@ struct tkv_kv_policy_params {
 	float decay;              /* per-step decay of accumulated attention (1 = none) */
 	float threshold;          /* attn-threshold: evict below threshold x mean attention (0.1) */
 	float semantic_weight;    /* tiered: weight of key-centroid similarity in importance (0.1) */
+	float recency_weight;     /* tiered: weight of recency (position / length) in importance (1) */
 	float gov_high;           /* governor acts past this fraction of --kv-mem (0.8) */
 	float gov_low;            /* ... and brings the pool down to this fraction (0.7) */
 };
 
 struct tkv_kv_policy_params tkv_kv_policy_default_params(void);
-/* "quality" | "balanced" | "memory": hot 0.4 / 0.3 / 0.2 (memory: q2 cold and
- * semantic completion on). TKV_ERR_ARG for an unknown name. */
+/* "quality" | "balanced" | "memory": hot 0.4 / 0.3 / 0.2 (memory: semantic
+ * completion on). TKV_ERR_ARG for an unknown name. */
 int tkv_kv_preset(struct tkv_kv_policy_params *p, const char *name);
 const char *tkv_policy_name(enum tkv_policy p);
 /* -1 for an unknown name. */

@@ -23,6 +23,8 @@ void cli_kv_help(void)
 	       "      --kv-cold-skip on|off   skip cold pages that cannot matter to a query (on)\n"
 	       "      --kv-threshold X   attn-threshold: evict below X x mean attention (0.1)\n"
 	       "      --kv-decay X       per-step decay of accumulated attention (1 = none)\n"
+	       "      --kv-recency X     tiered: weight of recency in a slot's importance (1)\n"
+	       "      --kv-semantic X    tiered: weight of key-to-centroid similarity (0.1)\n"
 	       "      --kv-type T        full-precision storage: f16 or f32 (f16)\n"
 	       "      --kv-page N        token slots per KV page (16)\n"
 	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
@@ -114,6 +116,12 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else if (!strcmp(s, "--kv-threshold")) {
 		if (!(rc = cli_float(a, s, 0, 1000, &d)))
 			p->threshold = (float)d;
+	} else if (!strcmp(s, "--kv-recency")) {
+		if (!(rc = cli_float(a, s, 0, 1000, &d)))
+			p->recency_weight = (float)d;
+	} else if (!strcmp(s, "--kv-semantic")) {
+		if (!(rc = cli_float(a, s, 0, 1000, &d)))
+			p->semantic_weight = (float)d;
 	} else if (!strcmp(s, "--kv-decay")) {
 		if (!(rc = cli_float(a, s, 0.5, 1, &d)))
 			p->decay = (float)d;

@@ -65,6 +65,7 @@ struct tkv_kv_policy_params tkv_kv_policy_default_params(void)
 		.decay = 1.0f,
 		.threshold = 0.1f,
 		.semantic_weight = 0.1f,
+		.recency_weight = 1.0f,
 		.gov_high = 0.8f,
 		.gov_low = 0.7f,
 	};
@@ -86,7 +87,7 @@ int tkv_kv_preset(struct tkv_kv_policy_params *p, const char *name)
 	} else if (!strcmp(name, "memory")) {
 		p->hot_ratio = 0.2f;
 		p->warm_ratio = 0.4f;
-		p->cold_fmt = TKV_FMT_Q2;
+		p->cold_fmt = TKV_FMT_Q4;
 		p->completion = 1;
 	} else {
 		return TKV_ERR_ARG;
@@ -134,6 +135,7 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 	c->decay = p->decay;
 	c->threshold = p->threshold;
 	c->semantic_weight = p->semantic_weight;
+	c->recency_weight = p->recency_weight;
 	c->seq_budget = p->seq_budget;
 	c->evicts = true;
 	c->n_tiers = 1;
@@ -219,6 +221,11 @@ void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float
 
 /* ---- budgets ---------------------------------------------------------------- */
 
+/* The most of a stream's budget the sinks and recent window may take before the
+ * window shrinks (tuned with tierkv eval on stories260K: 0.5 and 0.125 were
+ * both worse at 1/16 of the full cache). */
+#define KV_WINDOW_SHARE 0.25
+
 static double slot_cost(uint32_t fmt, uint32_t cap, uint32_t d)
 {
 	return (double)kv_page_kv_bytes(cap, d, fmt) / cap;
@@ -234,6 +241,10 @@ void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t byt
 	size_t n = (size_t)s->n_layer * s->n_kv_head;
 	double floor_b = (c->n_sink + c->n_window) * slot_cost(c->hot_fmt, c->page_tokens, s->head_dim);
 	double total = 0.0, *w;
+
+	/* a tight budget shrinks the protected window (maintain_round), so no
+	 * stream needs more than its share of the protected part */
+	floor_b = fmin(floor_b, KV_WINDOW_SHARE * (double)bytes / (double)n);
 
 	if (bytes == 0 || !c->adaptive) {
 		for (size_t i = 0; i < n; i++)
@@ -325,48 +336,88 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 	case KV_PRIO_SEMANTIC:
 		kv_page_load_k(pg, j, kbuf);
 		return cosine(kbuf, st->centroid, s->head_dim);
-	case KV_PRIO_MEAN_SEM:
-		if (c->semantic_weight == 0.0f)
-			return pg->score[j] / age;
-		kv_page_load_k(pg, j, kbuf);
-		return pg->score[j] / age * (1.0f + c->semantic_weight * cosine(kbuf, st->centroid, s->head_dim));
+	case KV_PRIO_MEAN_SEM: {
+		/* attention per query relative to a fair share (1 = average), shaded
+		 * by the key's similarity to the core vector, plus recency */
+		float att = pg->score[j] / age * (float)st->n_tokens / (float)c->group;
+		float rec = s->n_pos > 0 ? (float)pg->pos[j] / (float)s->n_pos : 0.0f;
+
+		if (c->semantic_weight != 0.0f) {
+			kv_page_load_k(pg, j, kbuf);
+			att *= 1.0f + c->semantic_weight * cosine(kbuf, st->centroid, s->head_dim);
+		}
+		return att + c->recency_weight * rec;
+	}
 	}
 	return 0.0f;
 }
 
-/* Bytes the kept unprotected slots cost when the first n ranks are kept. */
-static double kept_cost(const struct kv_cfg *c, const double *cost, uint32_t n)
+/* Tier boundaries for n kept ranks at richness x in [0, 1]: ranks below b[t]
+ * are stored at tier t or better; b[n_tiers-1] = n. x = 1 is the policy's
+ * ideal mix; lower x shifts slots toward the cheapest tier. */
+static void plan_bounds(const struct kv_cfg *c, uint32_t n, double x, uint32_t *b)
 {
-	double total = 0.0, cum = 0.0;
+	double cum = 0.0;
+
+	for (uint32_t t = 0; t + 1 < c->n_tiers; t++) {
+		cum += c->tier_frac[t];
+		b[t] = (uint32_t)fmin((double)n, floor(x * cum * n + 0.5));
+	}
+	b[c->n_tiers - 1] = n;
+}
+
+static double plan_cost(const struct kv_cfg *c, const double *cost, const uint32_t *b)
+{
+	double total = 0.0;
 	uint32_t prev = 0;
 
 	for (uint32_t t = 0; t < c->n_tiers; t++) {
-		uint32_t upto;
-
-		cum += c->tier_frac[t];
-		upto = t + 1 == c->n_tiers ? n : (uint32_t)floor(cum * n + 0.5);
-		if (upto > n)
-			upto = n;
-		if (upto > prev)
-			total += (double)(upto - prev) * cost[t];
-		if (upto > prev)
-			prev = upto;
+		total += (double)(b[t] - prev) * cost[t];
+		prev = b[t];
 	}
 	return total;
 }
 
-static uint8_t tier_by_rank(const struct kv_cfg *c, uint32_t r, uint32_t n)
+/* The plan for n candidates (ranked) and `room` bytes, as a ladder: the ideal
+ * mix if it fits; else every slot kept with the mix shifted toward the
+ * cheapest tier (hot slots demote before anything is evicted); else the
+ * cheapest tier only, evicting the lowest ranks. */
+static void plan(const struct kv_cfg *c, const double *cost, uint32_t n, double room, uint32_t *b)
 {
-	double cum = 0.0;
+	double lo = 0.0, hi = 1.0;
+	uint32_t keep;
 
-	if (r >= n)
-		return KV_EVICT;
-	for (uint32_t t = 0; t + 1 < c->n_tiers; t++) {
-		cum += c->tier_frac[t];
-		if (r < (uint32_t)floor(cum * n + 0.5))
-			return (uint8_t)t;
+	plan_bounds(c, n, 1.0, b);
+	if (plan_cost(c, cost, b) <= room)
+		return;
+	plan_bounds(c, n, 0.0, b);
+	if (c->n_tiers > 1 && plan_cost(c, cost, b) <= room) {
+		for (int it = 0; it < 30; it++) {
+			double mid = (lo + hi) / 2;
+
+			plan_bounds(c, n, mid, b);
+			if (plan_cost(c, cost, b) <= room)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		plan_bounds(c, n, lo, b);
+		return;
 	}
-	return (uint8_t)(c->n_tiers - 1);
+	keep = room <= 0 ? 0 : (uint32_t)fmin((double)n, floor(room / cost[c->n_tiers - 1]));
+	for (uint32_t t = 0; t < c->n_tiers; t++)
+		b[t] = keep;
+	/* the most precise tiers stay empty: everything kept is cheapest */
+	for (uint32_t t = 0; t + 1 < c->n_tiers; t++)
+		b[t] = 0;
+}
+
+static uint8_t tier_of_rank(const struct kv_cfg *c, const uint32_t *b, uint32_t r)
+{
+	for (uint32_t t = 0; t < c->n_tiers; t++)
+		if (r < b[t])
+			return (uint8_t)t;
+	return KV_EVICT;
 }
 
 /* A slot being moved: its data in model space until it lands in its new page. */
@@ -551,7 +602,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 	struct moved *mv = NULL;
 	float *buf = NULL, *K = NULL, *V = NULL;
 	uint32_t *rm = NULL;
-	uint32_t n_tok = st->n_tokens, lo, hi;
+	uint32_t n_tok = st->n_tokens, hi, n_window = c->n_window, bounds[KV_MAX_TIERS];
 	int st_ = TKV_OK;
 
 	if (n_tok == 0)
@@ -565,6 +616,13 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 	for (uint32_t t = 0; t < c->n_tiers; t++)
 		cost[t] = slot_cost(c->tier_fmt[t], fmt_cap(c, c->tier_fmt[t]), d);
 
+	/* a tight budget shrinks the recent window to a share of it (at least 4) */
+	if (isfinite(target)) {
+		double w = KV_WINDOW_SHARE * target / slot_cost(c->hot_fmt, c->page_tokens, d) - (double)c->n_sink;
+
+		if (w < (double)n_window)
+			n_window = w < 4.0 ? 4 : (uint32_t)w;
+	}
 	/* candidates: every slot outside the sinks and the recent window */
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
@@ -572,7 +630,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			int32_t pos = pg->pos[j];
 
-			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)c->n_window ||
+			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)n_window ||
 			    (pg->flags & KV_PAGE_FROZEN)) {
 				prot_bytes += slot_cost(pg->fmt, pg->cap, d);
 				n_prot++;
@@ -591,7 +649,6 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 	qsort(cand, n_cand, sizeof *cand, cmp_prio_desc);
 
 	/* attn-threshold: slots under threshold x their fair share go regardless */
-	lo = 0;
 	hi = n_cand;
 	if (c->policy == TKV_POLICY_ATTN_THRESHOLD) {
 		float fair = (float)c->group / (float)n_tok;
@@ -599,20 +656,13 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		while (hi > 0 && cand[hi - 1].prio < c->threshold * fair)
 			hi--;
 	}
-	/* the most slots the budget pays for at their tiers' costs */
+	/* what the budget pays for, as a ladder over the tiers */
 	room = target - prot_bytes;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
-
-		if (kept_cost(c, cost, mid) <= room)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	n_keep = lo;
+	plan(c, cost, hi, room, bounds);
+	n_keep = bounds[c->n_tiers - 1];
 
 	for (uint32_t r = 0; r < n_cand; r++) {
-		uint8_t t = tier_by_rank(c, r, n_keep);
+		uint8_t t = tier_of_rank(c, bounds, r);
 
 		/* formats are numbered from most to least precise; a slot already
 		 * stored at or below its tier's precision stays: never promote */
@@ -757,7 +807,7 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 
 		for (uint32_t i = 0; i < st->n_pages; i++)
 			if (st->pages[i]->flags & KV_PAGE_FROZEN)
-				frozen += st->pages[i]->kv_bytes;
+				frozen += kv_page_share(st->pages[i], st->pages[i]->n_used);
 		if (frozen && frozen + (size_t)c->n_window * (size_t)slot_cost(c->hot_fmt, c->page_tokens, s->head_dim) >
 				      st->budget) {
 			for (uint32_t i = 0; i < st->n_pages && rc == TKV_OK; i++)

@@ -52,7 +52,7 @@ struct kv_cfg {
 	bool always;                      /* acts within the budget too: kivi quantizes,
 					   * attn-threshold drops slots under the threshold */
 	float skip;                       /* cold-page skip margin in logits, 0 = off */
-	float decay, threshold, semantic_weight;
+	float decay, threshold, semantic_weight, recency_weight;
 	size_t seq_budget;                /* default per-sequence K+V budget */
 };
 

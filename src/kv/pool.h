@@ -84,6 +84,12 @@ void kv_pool_free(struct kv_pool *p);
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 
+/* The filled share of a page's K+V regions with n slots used. */
+static inline size_t kv_page_share(const struct kv_page *pg, uint32_t n)
+{
+	return (size_t)((unsigned __int128)pg->kv_bytes * n / pg->cap);
+}
+
 /* Whether `bytes` more fit under the budget now. */
 int kv_pool_can_fit(struct kv_pool *p, size_t bytes);
 /* A new empty page; NULL when the budget is exhausted or the allocator fails

@@ -109,7 +109,7 @@ int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *p
 		return TKV_ERR_NOMEM;
 	st->pages[st->n_pages++] = pg;
 	st->n_tokens += pg->n_used;
-	st->kv_bytes += pg->kv_bytes;
+	st->kv_bytes += kv_page_share(pg, pg->n_used);
 	if (is_hot(s, pg)) {
 		st->hot_free += pg->cap - pg->n_used;
 		if (st->tail == KV_NO_PAGE && pg->n_used < pg->cap)
@@ -121,6 +121,7 @@ int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *p
 void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg, uint32_t n)
 {
 	st->n_tokens = st->n_tokens - pg->n_used + n;
+	st->kv_bytes = st->kv_bytes - kv_page_share(pg, pg->n_used) + kv_page_share(pg, n);
 	if (is_hot(s, pg))
 		st->hot_free = st->hot_free + pg->n_used - n;
 	kv_pool_set_used(s->pool, pg, n);
@@ -154,8 +155,7 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
 		}
 		if (is_hot(s, pg))
 			st->hot_free -= pg->cap;
-		st->kv_bytes -= pg->kv_bytes;
-		kv_pool_put(s->pool, pg);
+		kv_page_unref(s->pool, pg);
 		st->pages[i] = st->pages[--st->n_pages];
 		if (st->tail == i)
 			st->tail = KV_NO_PAGE;
@@ -307,7 +307,6 @@ undo:
 			struct kv_page *pg = st->pages[--st->n_pages];
 
 			st->hot_free -= pg->cap;
-			st->kv_bytes -= pg->kv_bytes;
 			if (st->tail == st->n_pages)
 				st->tail = KV_NO_PAGE;
 			kv_pool_put(s->pool, pg);

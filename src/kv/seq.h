@@ -25,7 +25,8 @@ struct kv_stream {
 	uint32_t n_tokens;       /* filled slots over all pages */
 	uint32_t hot_free;       /* free slots in full-precision pages */
 	uint32_t tail;           /* a full-precision page with room, or KV_NO_PAGE */
-	size_t kv_bytes;         /* K+V region bytes of this stream's pages */
+	size_t kv_bytes;         /* filled share of its pages' K+V regions (what budgets
+				  * count; empty slots are the pool's fragmentation) */
 	size_t budget;           /* K+V bytes this stream may hold; 0 = none */
 	float *centroid;         /* (head_dim) mean of every key appended so far */
 	uint64_t n_seen;         /* keys appended so far */
