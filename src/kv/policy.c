@@ -428,15 +428,20 @@ struct moved {
 	uint8_t target;
 };
 
+/* Keys must be this alike (cosine) for a merge: averaging the values of keys
+ * that point elsewhere moves attention mass to the wrong content. */
+#define KV_MERGE_MIN_COS 0.9f
+
 /* Semantic completion: merges evicted slot e's value into the most similar
  * (key cosine) of its kept neighbours by position, weighted by priority, so
- * the attention mass e carried still reaches its content. Only neighbours that
- * stay where they are in a per-slot format can be rewritten in place. */
+ * the attention mass e carried still reaches its content. Neighbours that stay
+ * where they are get the merged value in place (values are per slot in every
+ * format). */
 static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *e,
 		     struct cand *const *by_pos, uint32_t n_by_pos)
 {
 	uint32_t d = s->head_dim, lo = 0, hi = n_by_pos;
-	float ke[512], ve[512], kb[512], vb[512], best_sim = 0.0f;
+	float ke[512], ve[512], kb[512], vb[512], best_sim = KV_MERGE_MIN_COS;
 	const struct cand *best = NULL;
 	struct kv_page *pe = st->pages[e->page], *pk;
 	float we, wk, a, b;
@@ -471,7 +476,6 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 		return;
 	pk = st->pages[best->page];
 	kv_page_load_v(pe, e->slot, ve);
-	kv_page_load_k(pk, best->slot, kb);
 	kv_page_load_v(pk, best->slot, vb);
 	we = e->prio > 1e-12f ? e->prio : 1e-12f;
 	wk = best->prio > 1e-12f ? best->prio : 1e-12f;
@@ -479,11 +483,9 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 	b = we / (wk + we);
 	for (uint32_t i = 0; i < d; i++)
 		vb[i] = a * vb[i] + b * ve[i];
-	if (pk->flags & KV_PAGE_ROT) {
-		kv_rotate(kb, d);
+	if (pk->flags & KV_PAGE_ROT)
 		kv_rotate(vb, d);
-	}
-	kv_tier_store(pk->fmt, pk->k, pk->v, pk->cap, d, best->slot, kb, vb);
+	kv_tier_store_v(pk->fmt, pk->v, pk->cap, d, best->slot, vb);
 	pk->flags |= KV_PAGE_DIRTY;
 	pk->score[best->slot] += pe->score[e->slot];
 	st->merged++;
@@ -677,7 +679,8 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		for (uint32_t r = 0; r < n_cand; r++) {
 			const struct kv_page *pg = st->pages[cand[r].page];
 
-			if (cand[r].stay && !kv_fmt_packed(pg->fmt))
+			(void)pg;
+			if (cand[r].stay)
 				by_pos[n_by_pos++] = &cand[r];
 		}
 		qsort(by_pos, n_by_pos, sizeof *by_pos, cmp_pos);

@@ -610,6 +610,11 @@ void kv_tier_store(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t 
 	store_row(fmt, vreg, cap, d, slot, v);
 }
 
+void kv_tier_store_v(uint32_t fmt, void *vreg, uint32_t cap, uint32_t d, uint32_t slot, const float *v)
+{
+	store_row(fmt, vreg, cap, d, slot, v);
+}
+
 void kv_tier_pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
 		  const float *K, const float *V, uint32_t n)
 {

@@ -92,6 +92,9 @@ bool kv_fmt_packed(uint32_t fmt);
  * only (f32, f16, q8): for q4/q2 it writes nothing (use kv_tier_pack). */
 void kv_tier_store(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d, uint32_t slot,
 		   const float *k, const float *v);
+/* Rewrites the value of one slot, any format (values are stored per slot in
+ * every layout; keys of packed pages stay as they are). */
+void kv_tier_store_v(uint32_t fmt, void *vreg, uint32_t cap, uint32_t d, uint32_t slot, const float *v);
 /* Writes slots [0, n) from K and V (n rows of d floats each; n <= cap),
  * replacing the page's content; any format. Slots [n, cap) are zeroed (they
  * read back as 0, or as the channel min for q4/q2 keys). q4/q2 key parameters
