@@ -142,6 +142,10 @@ struct tkv_kv_policy_params {
 	float recency_weight;     /* tiered: weight of recency (position / length) in importance (1) */
 	float gov_high;           /* governor acts past this fraction of --kv-mem (0.8) */
 	float gov_low;            /* ... and brings the pool down to this fraction (0.7) */
+	float gov_floor;          /* ... but never squeezes a sequence below this fraction of
+				   * its full f16 cache (0 = no floor): past it, decode
+				   * reports TKV_ERR_KV_FULL so a server can preempt instead
+				   * of lowering quality */
 };
 
 struct tkv_kv_policy_params tkv_kv_policy_default_params(void);

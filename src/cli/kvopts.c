@@ -24,6 +24,8 @@ void cli_kv_help(void)
 	       "      --kv-threshold X   attn-threshold: evict below X x mean attention (0.1)\n"
 	       "      --kv-decay X       per-step decay of accumulated attention (1 = none)\n"
 	       "      --kv-recency X     tiered: weight of recency in a slot's importance (1)\n"
+	       "      --kv-floor R       the governor never squeezes a sequence below R x its full\n"
+	       "                         f16 cache; past that the budget is reported full (0)\n"
 	       "      --kv-semantic X    tiered: weight of key-to-centroid similarity (0.1)\n"
 	       "      --kv-type T        full-precision storage: f16 or f32 (f16)\n"
 	       "      --kv-page N        token slots per KV page (16)\n"
@@ -116,6 +118,9 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else if (!strcmp(s, "--kv-threshold")) {
 		if (!(rc = cli_float(a, s, 0, 1000, &d)))
 			p->threshold = (float)d;
+	} else if (!strcmp(s, "--kv-floor")) {
+		if (!(rc = cli_float(a, s, 0, 1, &d)))
+			p->gov_floor = (float)d;
 	} else if (!strcmp(s, "--kv-recency")) {
 		if (!(rc = cli_float(a, s, 0, 1000, &d)))
 			p->recency_weight = (float)d;

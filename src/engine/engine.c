@@ -6,6 +6,7 @@
  * pass fills it; then each stream's policy brings it back within its budget.
  * A chunk that cannot get room fails before any state changes, so the sequence
  * stays usable. */
+#include <math.h>
 #include <string.h>
 
 #include "kv/policy.h"
@@ -352,8 +353,11 @@ static int govern(struct tkv_engine *e, size_t need)
 		struct tkv_kv_stats ks;
 		int st;
 
+		double floor_b = (double)e->params.kv.gov_floor * (double)s->n_past *
+				 (double)tkv_model_kv_bytes_per_token(e->model);
+
 		tkv_seq_kv_stats(s, &ks);
-		s->gov_budget = (size_t)((double)ks.kv_bytes * factor);
+		s->gov_budget = (size_t)fmax((double)ks.kv_bytes * factor, floor_b);
 		if (s->gov_budget == 0)
 			s->gov_budget = 1;
 		if ((st = seq_maintain(e, s)))

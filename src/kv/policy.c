@@ -68,6 +68,7 @@ struct tkv_kv_policy_params tkv_kv_policy_default_params(void)
 		.recency_weight = 1.0f,
 		.gov_high = 0.8f,
 		.gov_low = 0.7f,
+		.gov_floor = 0.0f,
 	};
 	return p;
 }
@@ -106,6 +107,8 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 				p->hot_ratio, p->warm_ratio);
 	if (!(p->decay > 0 && p->decay <= 1))
 		return tkv_errf(err, TKV_ERR_ARG, "KV score decay %g: must be in (0, 1]", p->decay);
+	if (!(p->gov_floor >= 0 && p->gov_floor <= 1))
+		return tkv_errf(err, TKV_ERR_ARG, "KV governor floor %g: must be in [0, 1]", p->gov_floor);
 	if (!(p->gov_low > 0 && p->gov_low <= p->gov_high && p->gov_high <= 1))
 		return tkv_errf(err, TKV_ERR_ARG, "KV governor thresholds %g/%g: need 0 < low <= high <= 1",
 				p->gov_low, p->gov_high);
