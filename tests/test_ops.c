@@ -603,7 +603,7 @@ static void test_matmul_equals_row_dots(void **state)
 		size_t rb = tkv_dtype_row_size(type, COLS);
 		/* rows packed back to back at row_bytes, as in a model file */
 		unsigned char *packed = (unsigned char *)w;
-		struct ops_mat m = { packed, type, ROWS, COLS, rb };
+		struct ops_mat m = { .data = packed, .type = type, .rows = ROWS, .cols = COLS, .row_bytes = rb };
 
 		assert_true(rb > 0 && rb <= COLS * 4);
 		for (int r = 0; r < ROWS; r++)

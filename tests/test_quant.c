@@ -162,6 +162,14 @@ static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = panel_u_ref, [TKV_Q8_0] = panel_s8_ref, [TKV_Q4_K] = panel_u_ref, [TKV_Q5_K] = panel_u_ref,
 };
 
+static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
+	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref,
+};
+
+static const ops_pack_x8_fn ref_pack_x8[TKV_DTYPE_COUNT] = {
+	[TKV_Q4_0] = pack_q4_0_x8_ref,
+};
+
 static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
 	[OPS_ACT_Q8_32] = quant_act_q8_32_ref,
 	[OPS_ACT_Q8_256] = quant_act_q8_256_ref,
@@ -505,7 +513,7 @@ static void test_matmul_threads(void **state)
 		float *yp[3] = { y[0], y[1], y[2] };
 
 		for (int i = 0; i < 3; i++) {
-			m[i] = (struct ops_mat){ w[i], type, rows_of[i], COLS, rb };
+			m[i] = (struct ops_mat){ .data = w[i], .type = type, .rows = rows_of[i], .cols = COLS, .row_bytes = rb };
 			for (int r = 0; r < rows_of[i]; r++)
 				make_row(type, COLS, w[i] + (size_t)r * rb);
 		}
@@ -561,6 +569,124 @@ static void test_matmul_threads(void **state)
 	free(work);
 }
 
+/* The interleaved layout: repacking keeps every element (read back through
+ * the reference gemv against unit activations), the SIMD group dots agree
+ * with the reference ones and those equal the row dots, SIMD packing of a
+ * group gives the reference's panel, and matmuls over a repacked matrix agree
+ * with the row layout's. */
+static void test_interleaved(void **state)
+{
+	enum { COLS = 512, ROWS = 48, NTOK = 19 };
+	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0 };
+	static unsigned char w[ROWS * COLS * 2], packed[ROWS * COLS * 2];
+	static unsigned char want_panel[COLS / 32 * OPS_PANEL_BLOCK], got_panel[COLS / 32 * OPS_PANEL_BLOCK];
+	static struct blk_q8_32 act[NTOK][COLS / 32];
+	static float x[NTOK * COLS], y_rows[NTOK * ROWS], y_x8[NTOK * ROWS];
+	float s_ref[OPS_PANEL_COLS * 8], s_simd[OPS_PANEL_COLS * 8], dots[8];
+	size_t work_size = ops_matmul_work_size(COLS, NTOK, 2);
+	void *work = malloc(work_size);
+	struct tpool *tp;
+	struct tkv_error err;
+
+	(void)state;
+	assert_non_null(work);
+	assert_int_equal(tpool_init(&tp, 2, NULL, &err), TKV_OK);
+	rng_state = 17;
+	for (size_t t = 0; t < sizeof x8_types / sizeof x8_types[0]; t++) {
+		uint32_t type = x8_types[t];
+		const struct ops_type_kernels *k = ops_kernels(type);
+		size_t rb = tkv_dtype_row_size(type, COLS), gstride = COLS / 32 * k->x8_block;
+		struct ops_mat m = { .data = w, .type = type, .rows = ROWS, .cols = COLS, .row_bytes = rb };
+		struct ops_mat mx = m;
+		assert_non_null(k->gemv_x8);
+		for (int r = 0; r < ROWS; r++)
+			make_row(type, COLS, w + (size_t)r * rb);
+		assert_int_equal(ops_repack_size(&m), ROWS * rb);
+		ops_repack(&mx, packed);
+		assert_int_equal(mx.layout, OPS_LAYOUT_X8);
+		assert_ptr_equal(mx.data, packed);
+		assert_int_equal(ops_repack_size(&mx), 0); /* already interleaved */
+		for (int tk = 0; tk < NTOK; tk++) {
+			make_x(x + (size_t)tk * COLS, COLS, tk == 2);
+			ref_act[OPS_ACT_Q8_32](x + (size_t)tk * COLS, act[tk], COLS);
+		}
+		for (int g = 0; g < ROWS / 8; g++) {
+			const unsigned char *grp = packed + (size_t)g * gstride;
+
+			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
+				ref_x8[type](COLS, grp, act, sizeof act[0], nc, s_ref, 8);
+				k->gemv_x8(COLS, grp, act, sizeof act[0], nc, s_simd, 8);
+				for (int c = 0; c < nc; c++) {
+					/* the reference equals the row dots bit for bit */
+					ref_dot[type](COLS, w + (size_t)(8 * g) * rb, rb, 4, act[c], dots);
+					ref_dot[type](COLS, w + (size_t)(8 * g + 4) * rb, rb, 4, act[c], dots + 4);
+					for (int r = 0; r < 8; r++) {
+						double mag = 0.0;
+						static float wv[COLS];
+
+						if (memcmp(&s_ref[c * 8 + r], &dots[r], sizeof dots[r]) != 0)
+							fail_msg("%s group %d row %d col %d: x8 ref %a, row dot %a", tkv_dtype_name(type),
+								 g, r, c, (double)s_ref[c * 8 + r], (double)dots[r]);
+						ref_dequant[type](w + (size_t)(8 * g + r) * rb, wv, COLS);
+						for (int i = 0; i < COLS; i++)
+							mag += fabs((double)wv[i] * act[c][i / 32].d * act[c][i / 32].qs[i % 32]);
+						if (fabs((double)s_simd[c * 8 + r] - s_ref[c * 8 + r]) > TOL_PANEL_SIMD_REL * mag)
+							fail_msg("%s group %d row %d col %d: SIMD %.9g, ref %.9g", tkv_dtype_name(type), g,
+								 r, c, (double)s_simd[c * 8 + r], (double)s_ref[c * 8 + r]);
+					}
+				}
+			}
+			if (ref_pack_x8[type]) {
+				assert_non_null(k->pack_x8);
+				memset(want_panel, 0xaa, sizeof want_panel);
+				memset(got_panel, 0x55, sizeof got_panel);
+				ref_pack_x8[type](grp, COLS, want_panel);
+				k->pack_x8(grp, COLS, got_panel);
+				if (memcmp(want_panel, got_panel, sizeof want_panel) != 0)
+					fail_msg("%s group %d: SIMD panel differs from the reference", tkv_dtype_name(type), g);
+				/* and the panel holds the group's rows */
+				ref_pack[type](w + (size_t)(8 * g) * rb, rb, 8, COLS, want_panel);
+				if (memcmp(want_panel, got_panel, sizeof want_panel) != 0)
+					fail_msg("%s group %d: panel from the group differs from the panel of the rows",
+						 tkv_dtype_name(type), g);
+			}
+		}
+		/* matmuls: decode (1 token) and prefill sizes, threads and workspace */
+		for (int ntok = 1; ntok <= NTOK; ntok += NTOK - 1) {
+			const struct ops_mat *mp = &m, *mxp = &mx;
+			float *yr = y_rows, *yx = y_x8;
+
+			ops_matmul_n(tp, &mp, &yr, 1, x, ntok, work, work_size);
+			ops_matmul_n(tp, &mxp, &yx, 1, x, ntok, work, work_size);
+			for (int i = 0; i < ntok * ROWS; i++) {
+				static float wv[COLS];
+				const float *xt = x + (size_t)(i / ROWS) * COLS;
+				double mag = 0.0;
+
+				ref_dequant[type](w + (size_t)(i % ROWS) * rb, wv, COLS);
+				for (int e = 0; e < COLS; e++)
+					mag += fabs((double)wv[e] * xt[e]);
+				if (fabs((double)y_rows[i] - y_x8[i]) > 2 * TOL_PANEL_SIMD_REL * mag)
+					fail_msg("%s %d tokens [%d]: rows %.9g, interleaved %.9g", tkv_dtype_name(type), ntok, i,
+						 (double)y_rows[i], (double)y_x8[i]);
+			}
+			ops_matmul(tp, &mx, x, y_x8, ntok); /* no workspace: activations on the stack */
+			for (int i = 0; i < ntok * ROWS; i++)
+				assert_true(isfinite(y_x8[i]));
+		}
+	}
+	/* types and shapes without the layout */
+	{
+		struct ops_mat m = { .data = w, .type = TKV_Q4_K, .rows = 8, .cols = 256, .row_bytes = 144 };
+		struct ops_mat odd = { .data = w, .type = TKV_Q4_0, .rows = 12, .cols = 64, .row_bytes = 36 };
+
+		assert_int_equal(ops_repack_size(&m), 0);
+		assert_int_equal(ops_repack_size(&odd), 0);
+	}
+	tpool_free(tp);
+	free(work);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -572,6 +698,7 @@ int main(void)
 		cmocka_unit_test(test_quantize_round_trip),
 		cmocka_unit_test(test_panels),
 		cmocka_unit_test(test_matmul_threads),
+		cmocka_unit_test(test_interleaved),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

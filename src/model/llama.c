@@ -17,6 +17,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kv/policy.h"
 #include "kv/seq.h"
@@ -258,6 +260,72 @@ static int load_tensors(struct tkv_model *m, struct tkv_error *err)
 	return TKV_OK;
 }
 
+/* The matrices the matmuls read, in the order repack_weights visits them. */
+static size_t model_mats(struct tkv_model *m, struct ops_mat **out, size_t cap)
+{
+	size_t n = 0;
+
+	for (uint32_t l = 0; l < m->info.n_layer; l++) {
+		struct llama_layer *L = &m->layers[l];
+		struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+
+		for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+			if (n < cap)
+				out[n++] = mats[i];
+	}
+	/* a tied output is the embedding, which lookups read row by row */
+	if (m->output.data != m->tok_embd.data && n < cap)
+		out[n++] = &m->output;
+	return n;
+}
+
+/* Copies the matrices that have an interleaved layout (q4_0, q8_0) into one
+ * owned block in that layout (ops_repack: 8 rows per sequential stream, about
+ * 3x fewer instructions per weight when decoding). The file's pages of each
+ * copied matrix are then dropped from this process (MADV_DONTNEED: they are
+ * never read again, and would otherwise count twice in the resident size). A
+ * deviation from "weights are borrowed from the mapping", as llama.cpp does
+ * for the same reason. */
+static int repack_weights(struct tkv_model *m, struct tkv_error *err)
+{
+	size_t cap = (size_t)m->info.n_layer * 7 + 1, n, total = 0, off = 0;
+	struct ops_mat **mats = tkv_calloc(m->alloc, cap, sizeof *mats);
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (!mats)
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory loading layers");
+	n = model_mats(m, mats, cap);
+	for (size_t i = 0; i < n; i++)
+		total += (ops_repack_size(mats[i]) + 63) & ~(size_t)63;
+	if (total == 0) {
+		tkv_free(m->alloc, mats);
+		return TKV_OK;
+	}
+	m->packed = tkv_malloc(m->alloc, total);
+	if (!m->packed) {
+		tkv_free(m->alloc, mats);
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for %zu bytes of repacked weights", total);
+	}
+	m->packed_bytes = total;
+	for (size_t i = 0; i < n; i++) {
+		size_t sz = ops_repack_size(mats[i]);
+		uintptr_t lo, hi;
+
+		if (!sz)
+			continue;
+		lo = ((uintptr_t)mats[i]->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
+		hi = ((uintptr_t)mats[i]->data + sz) & ~(uintptr_t)(page - 1);
+		ops_repack(mats[i], (char *)m->packed + off);
+		/* tkv_model_load's file is mapped PROT_READ, MAP_PRIVATE and never
+		 * written: dropping its pages only drops clean page-cache references */
+		if (page > 0 && hi > lo)
+			madvise((void *)lo, hi - lo, MADV_DONTNEED);
+		off += (sz + 63) & ~(size_t)63;
+	}
+	tkv_free(m->alloc, mats);
+	return TKV_OK;
+}
+
 struct tkv_model_params tkv_model_default_params(void)
 {
 	struct tkv_model_params p = { .alloc = NULL };
@@ -287,7 +355,7 @@ int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_mo
 	if ((st = tok_init(&m->tok, m->gguf, p->alloc, err)))
 		goto out_free;
 	m->info.n_vocab = (uint32_t)tok_n_vocab(m->tok);
-	if ((st = load_tensors(m, err)))
+	if ((st = load_tensors(m, err)) || (st = repack_weights(m, err)))
 		goto out_free;
 	m->info.file_bytes = gguf_size(m->gguf);
 	*out = m;
@@ -302,6 +370,7 @@ void tkv_model_free(struct tkv_model *m)
 {
 	if (!m)
 		return;
+	tkv_free(m->alloc, m->packed);
 	tkv_free(m->alloc, m->inv_freq);
 	tkv_free(m->alloc, m->layers);
 	tok_free(m->tok);

@@ -39,6 +39,8 @@ struct tkv_model {
 	struct ops_mat output;       /* (n_vocab, dim); the embedding when tied */
 	struct llama_layer *layers;  /* [n_layer] */
 	float *inv_freq;             /* (n_rot/2) rotary inverse frequencies, scaling applied */
+	void *packed;                /* the matrices ops_repack interleaved (owned), or NULL */
+	size_t packed_bytes;
 };
 
 /* Activations for a chunk of up to n_batch tokens. */

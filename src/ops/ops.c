@@ -106,9 +106,11 @@ static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
 	[TKV_F16] = { .act_type = OPS_ACT_F32, .dequant = dequant_f16_ref, .dot_rows = dot_rows_f16_ref },
 	[TKV_BF16] = { .act_type = OPS_ACT_F32, .dequant = dequant_bf16_ref, .dot_rows = dot_rows_bf16_ref },
 	[TKV_Q4_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_0_ref, .dot_rows = dot_rows_q4_0_ref,
-		       .pack = pack_q4_0_ref, .panel = panel_u_ref },
+		       .pack = pack_q4_0_ref, .panel = panel_u_ref, .repack = repack_q4_0_x8,
+		       .gemv_x8 = gemv_q4_0_x8_ref, .pack_x8 = pack_q4_0_x8_ref, .x8_block = OPS_X8_Q4_0 },
 	[TKV_Q8_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q8_0_ref, .dot_rows = dot_rows_q8_0_ref,
-		       .pack = pack_q8_0_ref, .panel = panel_s8_ref },
+		       .pack = pack_q8_0_ref, .panel = panel_s8_ref, .repack = repack_q8_0_x8,
+		       .gemv_x8 = gemv_q8_0_x8_ref, .x8_block = OPS_X8_Q8_0 },
 	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref,
 		       .pack = pack_q4_k_ref, .panel = panel_u_ref },
 	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref,
@@ -241,7 +243,7 @@ struct mm_job {
 	const void *a;       /* activations: n rows, as bytes apart */
 	size_t as;
 	int n;
-	unsigned char *panels; /* NULL: row dots; else one panel per thread, panel_stride apart */
+	unsigned char *panels; /* NULL: row dots / x8 dots; else one panel per thread, panel_stride apart */
 	size_t panel_stride;
 	int64_t chunk;       /* rows per work item */
 	int64_t n_chunks;
@@ -311,6 +313,32 @@ static void mm_panels(const struct mm_job *j, int ith, int i, int64_t r0, int64_
 	}
 }
 
+/* Rows [r0, r1) (multiples of 8) of an interleaved matrix: each group of 8
+ * rows against every activation row, as a panel when there are many. */
+static void mm_x8(const struct mm_job *j, int ith, int i, int64_t r0, int64_t r1)
+{
+	const struct ops_mat *w = j->w[i];
+	size_t stride = (size_t)(w->cols / 32) * j->k->x8_block;
+	void *panel = j->panels ? j->panels + (size_t)ith * j->panel_stride : NULL;
+
+	for (int64_t r = r0; r < r1; r += 8) {
+		const void *grp = (const char *)w->data + (size_t)(r / 8) * stride;
+
+		if (panel)
+			j->k->pack_x8(grp, w->cols, panel);
+		for (int t = 0; t < j->n; t += OPS_PANEL_COLS) {
+			int nc = j->n - t < OPS_PANEL_COLS ? j->n - t : OPS_PANEL_COLS;
+			const void *a = (const char *)j->a + (size_t)t * j->as;
+			float *y = j->y[i] + (size_t)t * w->rows + r;
+
+			if (panel)
+				j->k->panel(w->cols, panel, a, j->as, nc, y, (size_t)w->rows);
+			else
+				j->k->gemv_x8(w->cols, grp, a, j->as, nc, y, (size_t)w->rows);
+		}
+	}
+}
+
 /* Work items are chunks of the joint row space, taken in order from an atomic
  * counter: a thread that is slowed (a busy vCPU) takes fewer. */
 static void mm_worker(void *ctx, int ith, int nth)
@@ -330,7 +358,9 @@ static void mm_worker(void *ctx, int ith, int nth)
 
 			if (a >= b)
 				continue;
-			if (j->panels)
+			if (j->w[i]->layout == OPS_LAYOUT_X8)
+				mm_x8(j, ith, i, a - j->row0[i], b - j->row0[i]);
+			else if (j->panels)
 				mm_panels(j, ith, i, a - j->row0[i], b - j->row0[i]);
 			else
 				mm_rows(j, i, a - j->row0[i], b - j->row0[i]);
@@ -418,8 +448,7 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	cols = w[0]->cols;
 	/* one joint job needs one activation format and one width */
 	for (int i = 1; i < n_mat; i++) {
-		if (w[i]->cols != cols || ops_kernels(w[i]->type)->act_type != k->act_type ||
-		    ops_kernels(w[i]->type)->dot_rows != k->dot_rows || ops_kernels(w[i]->type)->pack != k->pack ||
+		if (w[i]->cols != cols || w[i]->type != w[0]->type || w[i]->layout != w[0]->layout ||
 		    n_mat > OPS_MATMUL_MAX) {
 			for (int m = 0; m < n_mat; m++)
 				ops_matmul_n(tp, &w[m], &y[m], 1, x, n, work, work_size);
@@ -432,7 +461,7 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	}
 	act = k->act_type;
 	/* the panel path when there are enough tokens and room for the panels */
-	if (k->pack && n >= OPS_PANEL_MIN_N && work) {
+	if ((w[0]->layout == OPS_LAYOUT_X8 ? k->pack_x8 != NULL : k->pack != NULL) && n >= OPS_PANEL_MIN_N && work) {
 		size_t need = OPS_ALIGN(act_row_bytes(OPS_ACT_Q8_32, cols) * (size_t)n) +
 			      (size_t)tpool_n(tp) * OPS_ALIGN(panel_bytes(cols));
 
@@ -467,6 +496,24 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 			yt[m] = y[m] + (size_t)t0 * w[m]->rows;
 		mm_run(tp, w, yt, n_mat, k, work, as, nt, panels);
 	}
+}
+
+size_t ops_repack_size(const struct ops_mat *w)
+{
+	const struct ops_type_kernels *k = ops_kernels(w->type);
+
+	/* the stack fallback of ops_matmul_n must hold one activation row */
+	if (!k || !k->repack || w->layout != OPS_LAYOUT_ROWS || w->rows % 8 || w->cols % 32 ||
+	    act_row_bytes(OPS_ACT_Q8_32, w->cols) > OPS_MATMUL_STACK)
+		return 0;
+	return (size_t)w->rows * w->row_bytes;
+}
+
+void ops_repack(struct ops_mat *w, void *dst)
+{
+	ops_kernels(w->type)->repack(w->data, w->row_bytes, w->rows, w->cols, dst);
+	w->data = dst;
+	w->layout = OPS_LAYOUT_X8;
 }
 
 void ops_matmul(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n)

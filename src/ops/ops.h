@@ -15,14 +15,19 @@
 
 struct tpool;
 
-/* A weight matrix: rows x cols elements of `type`, row-major, each row
- * row_bytes long (borrowed from the model). y = W x means y[r] = dot(W[r], x). */
+/* A weight matrix: rows x cols elements of `type`, each row row_bytes long
+ * (borrowed from the model). y = W x means y[r] = dot(W[r], x). In the
+ * default layout the rows follow each other; ops_repack can interleave them
+ * 8 at a time (OPS_LAYOUT_X8), which only the matmuls read. */
+enum ops_layout { OPS_LAYOUT_ROWS = 0, OPS_LAYOUT_X8 = 1 };
+
 struct ops_mat {
 	const void *data;
 	uint32_t type;     /* enum tkv_dtype */
 	int64_t rows;      /* output features */
 	int64_t cols;      /* input features (a multiple of the type's block size) */
 	size_t row_bytes;
+	uint32_t layout;   /* enum ops_layout */
 };
 
 /* f16 / bf16 <-> f32, round to nearest even, NaN and Inf preserved. */
@@ -47,6 +52,18 @@ int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n);
  * weights take X quantized to 8 bits per block (as llama.cpp does), so results
  * differ from exact float dots by that rounding. */
 void ops_matmul(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n);
+
+/* Bytes of w in the interleaved layout, or 0 when its type or shape has none
+ * (q4_0 and q8_0 with a multiple of 8 rows have one). */
+size_t ops_repack_size(const struct ops_mat *w);
+/* Copies w into dst (ops_repack_size(w) bytes, 32-byte aligned) with every
+ * block of 8 consecutive rows interleaved: the 8 rows' scales together, then
+ * their values 4 or 8 columns of one row at a time, so that one load meets 8
+ * rows and the matrix is one sequential stream (the hardware prefetchers
+ * follow one stream at full bandwidth, not 8 short ones). Same bytes as the
+ * rows. On return w describes dst (borrowed: dst must outlive w) and only the
+ * matmuls may read it. */
+void ops_repack(struct ops_mat *w, void *dst);
 
 #define OPS_MATMUL_MAX 4
 /* Y_i (n, w[i]->rows) = X (n, cols) · W_iᵀ for i < n_mat (<= OPS_MATMUL_MAX),

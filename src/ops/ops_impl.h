@@ -153,6 +153,30 @@ typedef void (*ops_pack_fn)(const void *w, size_t ws, int nr, int64_t n, void *p
  * Writes all 8 rows of each column. */
 typedef void (*ops_panel_fn)(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 
+/* The interleaved layout (OPS_LAYOUT_X8, ops_repack): rows in groups of 8;
+ * a group is its blocks in order, and a block of the group is
+ *
+ *   q4_0: f16 d[8] | 4 x 32 bytes: part g holds, for rows 0..7, 4 bytes each;
+ *         byte k of row r has element 8g + k in its low nibble and element
+ *         8g + 4 + k in its high nibble (w = d (q - 8))        144 bytes
+ *   q8_0: f16 d[8] | 8 x 32 bytes: part g holds 4 int8 of each row r,
+ *         elements 4g .. 4g + 3                                 272 bytes
+ *
+ * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32. */
+#define OPS_X8_Q4_0 144
+#define OPS_X8_Q8_0 272
+
+/* Rewrites rows (a multiple of 8) of W, ws bytes apart, n elements each, into
+ * the interleaved layout at dst. */
+typedef void (*ops_repack_fn)(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+/* s[c * ss + r] = dot(row r of the group, activation row c) for r < 8 and
+ * c < nc (<= OPS_PANEL_COLS); activation rows (OPS_ACT_Q8_32) as bytes apart. */
+typedef void (*ops_gemv_x8_fn)(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+/* Packs one group of the interleaved layout into a panel (see above); NULL
+ * when the type's gemv_x8 serves many tokens as well (q8_0: its groups are
+ * already a panel's bytes). */
+typedef void (*ops_pack_x8_fn)(const void *group, int64_t n, void *panel);
+
 /* The kernels of one weight type. A NULL table entry means "not supported". */
 struct ops_type_kernels {
 	uint32_t act_type;           /* enum ops_act_type */
@@ -161,6 +185,11 @@ struct ops_type_kernels {
 	/* optional: the panel path for many tokens (NULL = row dots only) */
 	ops_pack_fn pack;
 	ops_panel_fn panel;
+	/* optional: the interleaved layout (NULL = none) */
+	ops_repack_fn repack;
+	ops_gemv_x8_fn gemv_x8;
+	ops_pack_x8_fn pack_x8;
+	uint32_t x8_block;           /* bytes of one block of a group */
 };
 
 /* Activation quantizers by act type (NULL for OPS_ACT_F32). */
@@ -202,6 +231,12 @@ void pack_q4_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_q5_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void panel_u_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+
+void repack_q4_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void repack_q8_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel);
 
 /* The 6-bit (scale, min) of sub-block j (0..7) of a q4_k/q5_k block. */
 static inline void ops_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)

@@ -694,3 +694,123 @@ void panel_s8_ref(int64_t n, const void *panel, const void *a, size_t as, int nc
 {
 	panel_dot(n, panel, a, as, nc, s, ss, 1);
 }
+
+/* ---- the interleaved layout (see ops_impl.h) ------------------------------------------ */
+
+static inline int q4_0_value(const struct blk_q4_0 *b, int e)
+{
+	return e < 16 ? b->qs[e] & 15 : b->qs[e - 16] >> 4;
+}
+
+/* Load-time only, so scalar everywhere. */
+void repack_q4_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK4_0; b++, o += OPS_X8_Q4_0) {
+			for (int r = 0; r < 8; r++) {
+				const struct blk_q4_0 *x = (const struct blk_q4_0 *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				for (int g = 0; g < 4; g++)
+					for (int k = 0; k < 4; k++)
+						o[16 + 32 * g + 4 * r + k] =
+							(uint8_t)(q4_0_value(x, 8 * g + k) | q4_0_value(x, 8 * g + 4 + k) << 4);
+			}
+		}
+}
+
+void repack_q8_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK8_0; b++, o += OPS_X8_Q8_0)
+			for (int r = 0; r < 8; r++) {
+				const struct blk_q8_0 *x = (const struct blk_q8_0 *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				for (int g = 0; g < 8; g++)
+					memcpy(o + 16 + 32 * g + 4 * r, x->qs + 4 * g, 4);
+			}
+}
+
+/* Element e of row r of a q4_0 group block, as 0..15. */
+static inline int x8_q4_0(const uint8_t *blk, int r, int e)
+{
+	int g = e / 8, k = e % 8;
+
+	return (blk[16 + 32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
+}
+
+static inline int x8_q8_0(const uint8_t *blk, int r, int e)
+{
+	return (int8_t)blk[16 + 32 * (e / 4) + 4 * r + e % 4];
+}
+
+static inline float x8_d(const uint8_t *blk, int r)
+{
+	uint16_t h;
+
+	memcpy(&h, blk + 2 * r, 2);
+	return F16(h);
+}
+
+/* The same sums, in the same float order, as dot_rows_q4_0_ref / q8_0_ref. */
+void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *blk = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0) {
+				int isum = 0;
+
+				for (int e = 0; e < 32; e++)
+					isum += (x8_q4_0(blk, r, e) - 8) * y[b].qs[e];
+				sum += x8_d(blk, r) * y[b].d * (float)isum;
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *blk = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q8_0) {
+				int isum = 0;
+
+				for (int e = 0; e < 32; e++)
+					isum += x8_q8_0(blk, r, e) * y[b].qs[e];
+				sum += x8_d(blk, r) * y[b].d * (float)isum;
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *blk = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0, pb += OPS_PANEL_BLOCK)
+		for (int r = 0; r < 8; r++) {
+			uint8_t q[32];
+
+			for (int e = 0; e < 32; e++)
+				q[e] = (uint8_t)x8_q4_0(blk, r, e);
+			panel_put(pb, r, q, x8_d(blk, r), -8.0f * x8_d(blk, r));
+		}
+}

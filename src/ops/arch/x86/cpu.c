@@ -31,6 +31,9 @@ const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], stru
 	types[TKV_Q4_K].panel = panel_u4_avx2;
 	types[TKV_Q5_K].pack = pack_q5_k_avx2;
 	types[TKV_Q5_K].panel = panel_u5_avx2;
+	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx2;
+	types[TKV_Q4_0].pack_x8 = pack_q4_0_x8_avx2;
+	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx2;
 	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
 	act->quant[OPS_ACT_Q8_256] = quant_act_q8_256_avx2;
 	return "avx2";

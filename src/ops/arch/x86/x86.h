@@ -33,5 +33,8 @@ void pack_q5_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void panel_u4_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_u5_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q4_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q8_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel);
 
 #endif
