@@ -1,7 +1,11 @@
 /* test_kv_pool.c - the KV page pool and per-sequence streams: byte accounting
- * that never drifts over random init/reserve/append/clear/free, budget limits,
- * all-or-nothing reserve, pages on demand, attention against a reference, and
- * allocation faults at every call. */
+ * that never drifts (allocated == sum over formats == sum of page bytes; used
+ * and kv_bytes exact) over random init/reserve/append/demote/evict/clear/free
+ * with pages of every format, budget limits, all-or-nothing reserve, pages on
+ * demand, the stream bookkeeping the policies use, attention of a group of
+ * query heads with position masking against a double-precision reference
+ * (f32, f16, q8, q4, q2 and rotated pages), and allocation faults at every
+ * call. */
 #include "testutil.h"
 
 #include <math.h>
@@ -10,24 +14,38 @@
 
 #include "kv/pool.h"
 #include "kv/seq.h"
+#include "kv/tier.h"
 #include "ops/ops.h"
 #include "util/alloc.h"
 
-/* Attention on random data, |q|, |k|, |v| <= 1, head_dim <= 64, scale
- * 1/sqrt(head_dim): a float score q·k carries at most hd * u * sum|q_i k_i|
- * of rounding (u = 2^-24), 64 * 6e-8 * 64 / 8 = 3e-5 after scaling; a weight
- * moves by at most about twice that relatively, and weights are <= 1. */
+/* Attention on data with |q| <= 1 and |k|, |v| <= M (M = 1 for f32/f16 pages;
+ * quantized and rotated pages dequantize a little past the data's range, so
+ * the checks take M from the dequantized keys and values), head_dim d <= 64,
+ * scale 1/sqrt(d): a float score q·k carries at most d * u * sum|q_i k_i| of
+ * rounding (u = 2^-24), 64 * 6e-8 * 64 M / 8 = 3e-5 M after scaling. Rotated
+ * pages score R q against R k: log2(d) + 2 roundings of each vector's norm,
+ * 8 * 2 * 6e-8 * |q| |k| <= 1e-6 * 64 M / 8, far inside the same bound. A
+ * weight moves by at most about twice the score error relatively, and weights
+ * are <= 1. */
 #define TOL_ATT_W 6e-5
-/* out = sum w_i v_i with |v| <= 1: the weight errors above (summing to at most
- * 2 * 3e-5 * sum w = 6e-5) plus one rounding per slot of accumulation. */
+/* out = sum w_i v_i: the weight errors above (summing to at most 6e-5 M, times
+ * |v| <= M) plus one rounding per slot of accumulation (and, for rotated
+ * pages, the un-rotation of the sum: log2(d) + 2 roundings of |out| <= M). */
 #define TOL_ATT_OUT 1e-4
 /* The weights are divided by their float sum: they sum to 1 within a few ulps
- * per slot; 1e-5 is generous for <= 16 slots and tight enough to catch a
- * missing or doubled slot. */
+ * per slot; 1e-5 is generous for <= 40 slots and tight enough to catch a
+ * missing or doubled slot (whose weight is >= 1/40 * e^-2 here). */
 #define TOL_ATT_SUM 1e-5
+/* Entropy -sum w log w (nats): a score error e moves each weight by about
+ * 2 e w, so the entropy by 2 e sum w |log w + 1| <= 2 e (H + 1), with
+ * H <= log 40: 2 * 3e-5 M * 4.7 = 3e-4 M per head. */
+#define TOL_ATT_ENT 1e-3
 
 #define N_STEPS 6000
 #define N_SLOTS 4
+#define MAX_POS 512
+
+static const uint32_t LOW_FMTS[] = { KV_FMT_Q8, KV_FMT_Q4, KV_FMT_Q2 };
 
 /* ---- helpers --------------------------------------------------------------- */
 
@@ -52,10 +70,10 @@ static float rng_f(float lo, float hi)
 	return lo + (hi - lo) * (float)((double)rng_u32() / 4294967296.0);
 }
 
-/* Bytes one filled slot accounts for in "used": K, V, pos and score. */
-static size_t slot_bytes(uint32_t head_dim, uint32_t fmt)
+/* The filled share of a page's bytes, as the pool defines it (floor). */
+static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
 {
-	return 2 * head_dim * kv_fmt_size(fmt) + sizeof(int32_t) + sizeof(float);
+	return (size_t)((unsigned __int128)bytes * n_used / cap);
 }
 
 static struct kv_pool *make_pool(size_t budget, uint32_t page_tokens, uint32_t fmt, struct tkv_alloc *a)
@@ -86,7 +104,7 @@ static struct kv_seq *make_seq(struct kv_pool *pool, uint32_t n_layer, uint32_t 
 }
 
 /* A deterministic K or V element for (seq id, layer, head, pos, i): a multiple
- * of 1/64 in [-15.6, 15.6], exact in f16, so both page formats store it as is. */
+ * of 1/64 in [-15.6, 15.6], exact in f16, so both hot formats store it as is. */
 static float kv_val(uint32_t id, uint32_t layer, uint32_t head, int32_t pos, uint32_t i, int is_v)
 {
 	uint32_t x = id * 0x9e3779b1u ^ layer * 0x85ebca6bu ^ head * 0xc2b2ae35u ^ (uint32_t)pos * 0x27d4eb2fu ^
@@ -98,6 +116,14 @@ static float kv_val(uint32_t id, uint32_t layer, uint32_t head, int32_t pos, uin
 	return (float)((int)(x % 2001) - 1000) / 64.0f;
 }
 
+static void kv_row(uint32_t id, uint32_t layer, uint32_t head, int32_t pos, uint32_t d, float *k, float *v)
+{
+	for (uint32_t i = 0; i < d; i++) {
+		k[i] = kv_val(id, layer, head, pos, i, 0);
+		v[i] = kv_val(id, layer, head, pos, i, 1);
+	}
+}
+
 /* Appends token `pos` to every stream of s with kv_val data. */
 static void append_token(struct kv_seq *s, uint32_t id, int32_t pos)
 {
@@ -106,39 +132,153 @@ static void append_token(struct kv_seq *s, uint32_t id, int32_t pos)
 	assert_true(s->head_dim <= 256);
 	for (uint32_t l = 0; l < s->n_layer; l++)
 		for (uint32_t h = 0; h < s->n_kv_head; h++) {
-			for (uint32_t i = 0; i < s->head_dim; i++) {
-				k[i] = kv_val(id, l, h, pos, i, 0);
-				v[i] = kv_val(id, l, h, pos, i, 1);
-			}
+			kv_row(id, l, h, pos, s->head_dim, k, v);
 			kv_seq_append(s, l, h, pos, k, v);
 		}
 }
 
-/* Every slot of every stream holds what append_token put there. */
-static void check_contents(struct kv_seq *s, uint32_t id, uint32_t n_tokens)
+static int is_hot(const struct kv_seq *s, const struct kv_page *pg)
 {
-	uint32_t P = kv_pool_page_tokens(s->pool);
+	return pg->fmt == kv_pool_fmt(s->pool);
+}
+
+/* Every slot of every full-precision page holds what append_token put there,
+ * and (when want_tokens is not UINT32_MAX) each stream holds the positions
+ * 0..want_tokens-1, each once. */
+static void check_contents(struct kv_seq *s, uint32_t id, uint32_t want_tokens)
+{
 	float k[256], v[256];
+	static unsigned char seen[MAX_POS];
 
 	for (uint32_t l = 0; l < s->n_layer; l++)
 		for (uint32_t h = 0; h < s->n_kv_head; h++) {
 			struct kv_stream *st = kv_seq_stream(s, l, h);
+			uint32_t n = 0;
 
-			assert_int_equal(st->n_tokens, n_tokens);
-			for (uint32_t t = 0; t < n_tokens; t++) {
-				const struct kv_page *pg = st->pages[t / P];
+			memset(seen, 0, sizeof seen);
+			for (uint32_t p = 0; p < st->n_pages; p++) {
+				const struct kv_page *pg = st->pages[p];
 
-				assert_true(t % P < pg->n_used);
-				assert_int_equal(pg->pos[t % P], (int32_t)t);
-				kv_page_load_k(pg, t % P, k);
-				kv_page_load_v(pg, t % P, v);
-				for (uint32_t i = 0; i < s->head_dim; i++)
-					if (k[i] != kv_val(id, l, h, (int32_t)t, i, 0) ||
-					    v[i] != kv_val(id, l, h, (int32_t)t, i, 1))
-						fail_msg("seq %u layer %u head %u token %u elem %u: %g %g", id, l, h, t, i,
-							 (double)k[i], (double)v[i]);
+				for (uint32_t j = 0; j < pg->n_used; j++) {
+					int32_t pos = pg->pos[j];
+
+					if (pos < 0 || pos >= MAX_POS || seen[pos])
+						fail_msg("seq %u layer %u head %u: position %d twice or out of range", id, l,
+							 h, pos);
+					seen[pos] = 1;
+					n++;
+					if (!is_hot(s, pg))
+						continue;
+					kv_page_load_k(pg, j, k);
+					kv_page_load_v(pg, j, v);
+					for (uint32_t i = 0; i < s->head_dim; i++)
+						if (k[i] != kv_val(id, l, h, pos, i, 0) || v[i] != kv_val(id, l, h, pos, i, 1))
+							fail_msg("seq %u layer %u head %u pos %d elem %u: %g %g", id, l, h, pos,
+								 i, (double)k[i], (double)v[i]);
+				}
+			}
+			assert_int_equal(st->n_tokens, n);
+			if (want_tokens != UINT32_MAX) {
+				assert_int_equal(n, want_tokens);
+				for (uint32_t t = 0; t < want_tokens; t++)
+					assert_true(seen[t]);
 			}
 		}
+}
+
+/* What the pool's counters must be, recomputed from the pages themselves. */
+struct acct {
+	size_t allocated, used, kv_bytes, n_pages;
+	size_t fmt_bytes[KV_FMT_COUNT], fmt_kv_bytes[KV_FMT_COUNT], fmt_slots[KV_FMT_COUNT];
+};
+
+static void acct_page(struct acct *a, const struct kv_page *pg)
+{
+	assert_int_equal(pg->bytes, kv_page_bytes(pg->cap, pg->head_dim, pg->fmt));
+	assert_int_equal(pg->kv_bytes, kv_page_kv_bytes(pg->cap, pg->head_dim, pg->fmt));
+	assert_true(pg->n_used <= pg->cap);
+	a->allocated += pg->bytes;
+	a->used += share(pg->bytes, pg->n_used, pg->cap);
+	a->kv_bytes += share(pg->kv_bytes, pg->n_used, pg->cap);
+	a->n_pages++;
+	a->fmt_bytes[pg->fmt] += pg->bytes;
+	a->fmt_kv_bytes[pg->fmt] += share(pg->kv_bytes, pg->n_used, pg->cap);
+	a->fmt_slots[pg->fmt] += pg->n_used;
+}
+
+/* Adds a sequence's pages, checking each stream's own figures (n_tokens,
+ * hot_free, kv_bytes, tail) against its pages on the way. */
+static void acct_seq(struct acct *a, const struct kv_seq *s)
+{
+	size_t n = (size_t)s->n_layer * s->n_kv_head;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_stream *st = &s->streams[i];
+		uint32_t tokens = 0, hot_free = 0;
+		size_t kvb = 0;
+
+		for (uint32_t p = 0; p < st->n_pages; p++) {
+			const struct kv_page *pg = st->pages[p];
+
+			acct_page(a, pg);
+			tokens += pg->n_used;
+			kvb += share(pg->kv_bytes, pg->n_used, pg->cap); /* the filled share (seq.h) */
+			if (is_hot(s, pg))
+				hot_free += pg->cap - pg->n_used;
+		}
+		if (st->n_tokens != tokens || st->hot_free != hot_free || st->kv_bytes != kvb)
+			fail_msg("stream %zu: n_tokens %u hot_free %u kv_bytes %zu, pages say %u %u %zu", i, st->n_tokens,
+				 st->hot_free, st->kv_bytes, tokens, hot_free, kvb);
+		assert_true(st->n_pages <= st->cap_pages || st->cap_pages == 0);
+		if (st->tail != KV_NO_PAGE) {
+			assert_true(st->tail < st->n_pages);
+			assert_true(is_hot(s, st->pages[st->tail]));
+		}
+	}
+}
+
+/* The pool's counters equal the sums over the given sequences' pages plus
+ * `loose` pages held outside any sequence: allocated == sum over formats ==
+ * sum of page bytes, used and kv_bytes exact, the budget never passed. */
+static void check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n_seqs,
+		       struct kv_page *const *loose, size_t n_loose)
+{
+	struct acct a;
+	struct kv_pool_stats st;
+	size_t sum_fmt = 0;
+
+	memset(&a, 0, sizeof a);
+	for (size_t i = 0; i < n_seqs; i++)
+		if (seqs[i])
+			acct_seq(&a, seqs[i]);
+	for (size_t i = 0; i < n_loose; i++)
+		if (loose[i])
+			acct_page(&a, loose[i]);
+	kv_pool_stats(pool, &st);
+	for (int f = 0; f < KV_FMT_COUNT; f++) {
+		sum_fmt += st.fmt_bytes[f];
+		if (st.fmt_bytes[f] != a.fmt_bytes[f] || st.fmt_kv_bytes[f] != a.fmt_kv_bytes[f] ||
+		    st.fmt_slots[f] != a.fmt_slots[f])
+			fail_msg("%s: pool says %zu bytes %zu kv %zu slots, pages say %zu %zu %zu", kv_fmt_name(f),
+				 st.fmt_bytes[f], st.fmt_kv_bytes[f], st.fmt_slots[f], a.fmt_bytes[f],
+				 a.fmt_kv_bytes[f], a.fmt_slots[f]);
+	}
+	if (st.allocated != a.allocated || sum_fmt != st.allocated || st.used != a.used ||
+	    st.kv_bytes != a.kv_bytes || st.n_pages != a.n_pages)
+		fail_msg("pool: allocated %zu (formats %zu) used %zu kv %zu pages %zu; pages say %zu %zu %zu %zu",
+			 st.allocated, sum_fmt, st.used, st.kv_bytes, st.n_pages, a.allocated, a.used, a.kv_bytes,
+			 a.n_pages);
+	assert_true(st.used <= st.allocated);
+	assert_true(st.peak_allocated >= st.allocated);
+	if (st.budget) {
+		assert_true(st.allocated <= st.budget);
+		assert_true(st.peak_allocated <= st.budget);
+	}
+}
+
+static void check_acct1(struct kv_pool *pool, struct kv_seq *s)
+{
+	check_acct(pool, &s, 1, NULL, 0);
 }
 
 /* The state a failed reserve must leave alone. The history counters are not
@@ -153,8 +293,11 @@ static void assert_state_same(const struct kv_pool_stats *a, const struct kv_poo
 	assert_int_equal(a->used, b->used);
 	assert_int_equal(a->n_pages, b->n_pages);
 	assert_int_equal(a->kv_bytes, b->kv_bytes);
-	for (int f = 0; f < KV_FMT_COUNT; f++)
+	for (int f = 0; f < KV_FMT_COUNT; f++) {
 		assert_int_equal(a->fmt_bytes[f], b->fmt_bytes[f]);
+		assert_int_equal(a->fmt_kv_bytes[f], b->fmt_kv_bytes[f]);
+		assert_int_equal(a->fmt_slots[f], b->fmt_slots[f]);
+	}
 }
 
 /* Everything but pages_refused, which may count the refusal. */
@@ -165,33 +308,84 @@ static void assert_stats_same(const struct kv_pool_stats *a, const struct kv_poo
 	assert_int_equal(a->pages_allocated, b->pages_allocated);
 }
 
-/* Snapshot of a sequence's stream shapes, to check that nothing moved. */
+/* Snapshot of a sequence's streams, to check that nothing moved. */
+#define SHAPE_STREAMS 64
+#define SHAPE_PAGES 32
 struct seq_shape {
-	uint32_t n_pages[64];
-	uint32_t n_tokens[64];
-	struct kv_page *pages[64][32];
+	uint32_t n_pages[SHAPE_STREAMS];
+	uint32_t n_tokens[SHAPE_STREAMS];
+	uint32_t hot_free[SHAPE_STREAMS];
+	uint32_t tail[SHAPE_STREAMS];
+	size_t kv_bytes[SHAPE_STREAMS];
+	struct kv_page *pages[SHAPE_STREAMS][SHAPE_PAGES];
+	uint32_t n_used[SHAPE_STREAMS][SHAPE_PAGES];
 };
 
 static void shape_of(struct kv_seq *s, struct seq_shape *out)
 {
 	size_t n = (size_t)s->n_layer * s->n_kv_head;
 
-	assert_true(n <= 64);
+	assert_true(n <= SHAPE_STREAMS);
 	memset(out, 0, sizeof *out);
 	for (size_t i = 0; i < n; i++) {
-		out->n_pages[i] = s->streams[i].n_pages;
-		out->n_tokens[i] = s->streams[i].n_tokens;
-		for (uint32_t j = 0; j < s->streams[i].n_pages && j < 32; j++)
-			out->pages[i][j] = s->streams[i].pages[j];
+		const struct kv_stream *st = &s->streams[i];
+
+		out->n_pages[i] = st->n_pages;
+		out->n_tokens[i] = st->n_tokens;
+		out->hot_free[i] = st->hot_free;
+		out->tail[i] = st->tail;
+		out->kv_bytes[i] = st->kv_bytes;
+		for (uint32_t j = 0; j < st->n_pages && j < SHAPE_PAGES; j++) {
+			out->pages[i][j] = st->pages[j];
+			out->n_used[i][j] = st->pages[j]->n_used;
+		}
 	}
 }
 
 static void assert_shape_same(struct kv_seq *s, const struct seq_shape *before)
 {
-	struct seq_shape now;
+	static struct seq_shape now;
 
 	shape_of(s, &now);
 	assert_memory_equal(&now, before, sizeof now);
+}
+
+/* A page of any format filled with n rows (model space) at positions pos[],
+ * rotated if rot, added to stream st. Returns the page; NULL (with *why) when
+ * the pool refuses it. */
+static struct kv_page *add_filled_page(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t cap,
+				       int rot, const float *K, const float *V, const int32_t *pos, uint32_t n,
+				       int *why)
+{
+	uint32_t d = s->head_dim;
+	static float Kr[64 * 64], Vr[64 * 64];
+	struct kv_page *pg;
+
+	assert_true(n <= cap && cap <= 64 && d <= 64);
+	pg = kv_pool_get(s->pool, d, fmt, cap, why);
+	if (!pg)
+		return NULL;
+	memcpy(Kr, K, (size_t)n * d * sizeof(float));
+	memcpy(Vr, V, (size_t)n * d * sizeof(float));
+	if (rot) {
+		pg->flags |= KV_PAGE_ROT;
+		for (uint32_t j = 0; j < n; j++) {
+			kv_rotate(Kr + (size_t)j * d, d);
+			kv_rotate(Vr + (size_t)j * d, d);
+		}
+	}
+	kv_tier_pack(fmt, pg->k, pg->v, cap, d, Kr, Vr, n);
+	for (uint32_t j = 0; j < n; j++) {
+		pg->pos[j] = pos[j];
+		pg->score[j] = 0.0f;
+	}
+	if (kv_stream_add_page(s, st, pg) != TKV_OK) {
+		kv_pool_put(s->pool, pg);
+		*why = TKV_ERR_NOMEM;
+		return NULL;
+	}
+	kv_stream_set_used(s, st, pg, n);
+	return pg;
 }
 
 /* ---- params and layout ----------------------------------------------------- */
@@ -206,6 +400,9 @@ static void test_params(void **state)
 		{ 0, KV_FMT_F16, TKV_ERR_ARG },
 		{ 5000, KV_FMT_F16, TKV_ERR_ARG },
 		{ 4097, KV_FMT_F32, TKV_ERR_ARG },
+		{ 16, KV_FMT_Q8, TKV_ERR_ARG },   /* pages of any format, but the hot one is f16/f32 */
+		{ 16, KV_FMT_Q4, TKV_ERR_ARG },
+		{ 16, KV_FMT_Q2, TKV_ERR_ARG },
 		{ 16, KV_FMT_COUNT, TKV_ERR_ARG },
 		{ 16, 7, TKV_ERR_ARG },
 		{ 16, 0xffffffffu, TKV_ERR_ARG },
@@ -226,6 +423,7 @@ static void test_params(void **state)
 
 		p.page_tokens = cases[i].page_tokens;
 		p.fmt = cases[i].fmt;
+		p.budget = 12345;
 		rc = kv_pool_init(&pool, &p, &a, &err);
 		assert_int_equal(rc, cases[i].want);
 		if (rc != TKV_OK) {
@@ -237,6 +435,7 @@ static void test_params(void **state)
 			assert_non_null(pool);
 			assert_int_equal(kv_pool_page_tokens(pool), cases[i].page_tokens);
 			assert_int_equal(kv_pool_fmt(pool), cases[i].fmt);
+			assert_int_equal(kv_pool_budget(pool), 12345);
 			kv_pool_free(pool);
 		}
 		assert_int_equal(atomic_load(&a.live), 0);
@@ -254,83 +453,145 @@ static void test_params(void **state)
 	kv_seq_free(NULL);
 }
 
-static void test_fmt_and_page_bytes(void **state)
+/* Page sizes: a 64-byte multiple, the header, pos, score and the K and V
+ * regions of tier.h, with at most one cache line of padding per region. */
+static void test_page_bytes(void **state)
 {
-	static const uint32_t Ps[] = { 1, 3, 4, 16, 4096 }, hds[] = { 2, 8, 64, 128 };
+	static const uint32_t caps[] = { 1, 3, 4, 16, 64, 4096 }, hds[] = { 4, 8, 64, 128 };
 
 	(void)state;
-	assert_int_equal(kv_fmt_size(KV_FMT_F32), 4);
-	assert_int_equal(kv_fmt_size(KV_FMT_F16), 2);
-	assert_string_equal(kv_fmt_name(KV_FMT_F32), "f32");
-	assert_string_equal(kv_fmt_name(KV_FMT_F16), "f16");
-	assert_string_equal(kv_fmt_name(99), "?");
 	for (uint32_t f = 0; f < KV_FMT_COUNT; f++)
-		for (size_t i = 0; i < sizeof Ps / sizeof Ps[0]; i++)
+		for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
 			for (size_t j = 0; j < sizeof hds / sizeof hds[0]; j++) {
-				size_t b = kv_page_bytes(Ps[i], hds[j], f);
+				uint32_t cap = caps[i], hd = hds[j];
+				size_t kvb = kv_tier_k_bytes(f, cap, hd) + kv_tier_v_bytes(f, cap, hd);
+				size_t lo = sizeof(struct kv_page) + (size_t)cap * (sizeof(int32_t) + sizeof(float)) + kvb;
+				size_t b = kv_page_bytes(cap, hd, f);
 
+				assert_int_equal(kv_page_kv_bytes(cap, hd, f), kvb);
 				assert_int_equal(b % 64, 0);
-				assert_true(b >= sizeof(struct kv_page) + Ps[i] * slot_bytes(hds[j], f));
-				/* at most one cache line of padding per region (header, pos, score, k, v) */
-				assert_true(b < sizeof(struct kv_page) + Ps[i] * slot_bytes(hds[j], f) + 5 * 64);
+				assert_true(b >= lo);
+				assert_true(b < lo + 5 * 64);
 			}
+	/* the figures of tier.h, d = 64, 16 slots: K + V bytes */
+	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_F32), 4096 + 4096);
+	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_F16), 2048 + 2048);
+	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_Q8), 1056 + 1056);
+	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_Q4), 768 + 640);
+	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_Q2), 512 + 384);
 }
 
-/* A page's regions lie inside its bytes, aligned and in order, and every slot
- * stores and loads back (the whole page written: ASan catches an overrun). */
+/* Largest error of a format on rows within [-R, R] (in the space the page
+ * stores), loosely: f32 exact, f16 half an ulp, q8 half a step of absmax/127
+ * (plus the f16 scale), q4/q2 one step of the range over L levels (the f16
+ * parameters round outward). */
+static double fmt_err(uint32_t fmt, double R)
+{
+	switch (fmt) {
+	case KV_FMT_F32: return 0.0;
+	case KV_FMT_F16: return R * 0x1p-11;
+	case KV_FMT_Q8: return R / 127.0 * (0.5 + 0x1p-10) + 1e-6;
+	case KV_FMT_Q4: return 2.0 * R / 15.0 * 1.01 + 1e-6;
+	default: return 2.0 * R / 3.0 * 1.01 + 1e-6;
+	}
+}
+
+/* A page's regions lie inside its bytes, aligned and in order; every slot
+ * written comes back (per-slot formats slot by slot, packed ones whole),
+ * rotated pages read back un-rotated; ASan catches a write past the page. */
 static void test_page_layout(void **state)
 {
-	static const uint32_t Ps[] = { 1, 5, 16 }, hds[] = { 6, 64 };
+	static const uint32_t caps[] = { 1, 5, 16, 64 }, hds[] = { 8, 64 };
 
 	(void)state;
 	for (uint32_t f = 0; f < KV_FMT_COUNT; f++)
-		for (size_t i = 0; i < sizeof Ps / sizeof Ps[0]; i++)
-			for (size_t j = 0; j < sizeof hds / sizeof hds[0]; j++) {
-				struct tkv_alloc a = {0};
-				struct kv_pool *pool = make_pool(0, Ps[i], f, &a);
-				uint32_t P = Ps[i], hd = hds[j];
-				int why = 12345;
-				struct kv_page *pg = kv_pool_get(pool, hd, &why);
-				uintptr_t lo, hi;
-				float k[64], v[64], kb[64], vb[64];
+		for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+			for (size_t j = 0; j < sizeof hds / sizeof hds[0]; j++)
+				for (int rot = 0; rot < 2; rot++) {
+					struct tkv_alloc a = {0};
+					struct kv_pool *pool = make_pool(0, 16, KV_FMT_F16, &a);
+					uint32_t cap = caps[i], hd = hds[j];
+					int why = 12345;
+					struct kv_page *pg = kv_pool_get(pool, hd, f, cap, &why);
+					uintptr_t lo, hi;
+					static float K[64 * 64], V[64 * 64];
+					float kb[64], vb[64];
+					double R = 15.625, tol;
 
-				assert_non_null(pg);
-				lo = (uintptr_t)pg;
-				hi = lo + pg->bytes;
-				assert_int_equal(pg->bytes, kv_page_bytes(P, hd, f));
-				assert_int_equal(pg->fmt, f);
-				assert_int_equal(pg->cap, P);
-				assert_int_equal(pg->n_used, 0);
-				assert_int_equal(pg->head_dim, hd);
-				assert_true(lo % 64 == 0);
-				assert_true((uintptr_t)pg->pos % 64 == 0 && (uintptr_t)pg->pos >= lo + sizeof *pg);
-				assert_true((uintptr_t)pg->score % 64 == 0 &&
-					    (uintptr_t)pg->score >= (uintptr_t)(pg->pos + P));
-				assert_true((uintptr_t)pg->k % 64 == 0 && (uintptr_t)pg->k >= (uintptr_t)(pg->score + P));
-				assert_true((uintptr_t)pg->v % 64 == 0 &&
-					    (uintptr_t)pg->v >= (uintptr_t)pg->k + P * hd * kv_fmt_size(f));
-				assert_true((uintptr_t)pg->v + P * hd * kv_fmt_size(f) <= hi);
-				for (uint32_t s = 0; s < P; s++) {
-					for (uint32_t e = 0; e < hd; e++) {
-						k[e] = kv_val(1, 0, 0, (int32_t)s, e, 0);
-						v[e] = kv_val(1, 0, 0, (int32_t)s, e, 1);
+					assert_non_null(pg);
+					assert_int_equal(why, 12345); /* untouched on success */
+					lo = (uintptr_t)pg;
+					hi = lo + pg->bytes;
+					assert_int_equal(pg->bytes, kv_page_bytes(cap, hd, f));
+					assert_int_equal(pg->kv_bytes, kv_page_kv_bytes(cap, hd, f));
+					assert_int_equal(pg->fmt, f);
+					assert_int_equal(pg->flags, 0);
+					assert_int_equal(pg->cap, cap);
+					assert_int_equal(pg->n_used, 0);
+					assert_int_equal(pg->head_dim, hd);
+					assert_true(lo % 64 == 0);
+					assert_true((uintptr_t)pg->pos % 64 == 0 && (uintptr_t)pg->pos >= lo + sizeof *pg);
+					assert_true((uintptr_t)pg->score % 64 == 0 &&
+						    (uintptr_t)pg->score >= (uintptr_t)(pg->pos + cap));
+					assert_true((uintptr_t)pg->k % 64 == 0 &&
+						    (uintptr_t)pg->k >= (uintptr_t)(pg->score + cap));
+					assert_true((uintptr_t)pg->v % 64 == 0 &&
+						    (uintptr_t)pg->v >= (uintptr_t)pg->k + kv_tier_k_bytes(f, cap, hd));
+					assert_true((uintptr_t)pg->v + kv_tier_v_bytes(f, cap, hd) <= hi);
+
+					for (uint32_t s = 0; s < cap; s++)
+						kv_row(1, 0, 0, (int32_t)s, hd, K + (size_t)s * hd, V + (size_t)s * hd);
+					if (rot) {
+						static float Kr[64 * 64], Vr[64 * 64];
+
+						pg->flags |= KV_PAGE_ROT;
+						memcpy(Kr, K, (size_t)cap * hd * sizeof(float));
+						memcpy(Vr, V, (size_t)cap * hd * sizeof(float));
+						for (uint32_t s = 0; s < cap; s++) {
+							kv_rotate(Kr + (size_t)s * hd, hd);
+							kv_rotate(Vr + (size_t)s * hd, hd);
+						}
+						kv_tier_pack(f, pg->k, pg->v, cap, hd, Kr, Vr, cap);
+						for (uint32_t s = 0; s < cap; s++)
+							pg->pos[s] = (int32_t)(1000 + s);
+						/* rotated rows are within |x|_2 <= R sqrt(d); the error
+						 * per element of the un-rotated row is at most the 2-norm
+						 * of the stored error, sqrt(d) times its largest element,
+						 * plus the rounding of rotate and unrotate (log2(d) + 2
+						 * roundings of |x|_2 each, doubled for slack) */
+						tol = sqrt((double)hd) * fmt_err(f, R * sqrt((double)hd)) +
+						      4.0 * (log2((double)hd) + 2.0) * 0x1p-24 * R * sqrt((double)hd);
+					} else if (kv_fmt_packed(f)) {
+						kv_tier_pack(f, pg->k, pg->v, cap, hd, K, V, cap);
+						for (uint32_t s = 0; s < cap; s++)
+							pg->pos[s] = (int32_t)(1000 + s);
+						tol = fmt_err(f, R);
+					} else {
+						for (uint32_t s = 0; s < cap; s++)
+							kv_page_store(pg, s, (int32_t)(1000 + s), K + (size_t)s * hd,
+								      V + (size_t)s * hd);
+						/* kv_val data is exact in f16 */
+						tol = f == KV_FMT_Q8 ? fmt_err(f, R) : 0.0;
 					}
-					kv_page_store(pg, s, (int32_t)(1000 + s), k, v);
-				}
-				for (uint32_t s = 0; s < P; s++) {
-					kv_page_load_k(pg, s, kb);
-					kv_page_load_v(pg, s, vb);
-					assert_int_equal(pg->pos[s], (int32_t)(1000 + s));
-					assert_true(pg->score[s] == 0.0f);
-					for (uint32_t e = 0; e < hd; e++) {
-						assert_true(kb[e] == kv_val(1, 0, 0, (int32_t)s, e, 0));
-						assert_true(vb[e] == kv_val(1, 0, 0, (int32_t)s, e, 1));
+					for (uint32_t s = 0; s < cap; s++) {
+						kv_page_load_k(pg, s, kb);
+						kv_page_load_v(pg, s, vb);
+						assert_int_equal(pg->pos[s], (int32_t)(1000 + s));
+						if (!rot && !kv_fmt_packed(f))
+							assert_true(pg->score[s] == 0.0f);
+						for (uint32_t e = 0; e < hd; e++) {
+							double ek = fabs(kb[e] - K[(size_t)s * hd + e]);
+							double ev = fabs(vb[e] - V[(size_t)s * hd + e]);
+
+							if (!(ek <= tol && ev <= tol))
+								fail_msg("%s cap %u d %u rot %d slot %u elem %u: errors %g %g > %g",
+									 kv_fmt_name(f), cap, hd, rot, s, e, ek, ev, tol);
+						}
 					}
+					kv_pool_put(pool, pg);
+					kv_pool_free(pool);
+					assert_int_equal(atomic_load(&a.live), 0);
 				}
-				kv_pool_put(pool, pg);
-				kv_pool_free(pool);
-				assert_int_equal(atomic_load(&a.live), 0);
-			}
 }
 
 /* f16 pages round to nearest f16; f32 pages keep the bits. */
@@ -338,11 +599,12 @@ static void test_page_store_rounding(void **state)
 {
 	struct kv_pool *pool = make_pool(0, 4, KV_FMT_F16, NULL);
 	int why;
-	struct kv_page *pg = kv_pool_get(pool, 4, &why);
+	struct kv_page *pg = kv_pool_get(pool, 4, KV_FMT_F16, 4, &why), *p32 = kv_pool_get(pool, 4, KV_FMT_F32, 4, &why);
 	float k[4] = { 1.0f / 3.0f, 65504.0f, 1e6f, -0x1p-24f }, v[4] = { 0.1f, -0.0f, 2.0f, 1.0f + 0x1p-11f }, o[4];
 
 	(void)state;
 	assert_non_null(pg);
+	assert_non_null(p32);
 	kv_page_store(pg, 2, 7, k, v);
 	kv_page_load_k(pg, 2, o);
 	for (int i = 0; i < 4; i++)
@@ -352,7 +614,14 @@ static void test_page_store_rounding(void **state)
 	for (int i = 0; i < 4; i++)
 		assert_true(o[i] == ops_f16_to_f32(ops_f32_to_f16(v[i])));
 	assert_true(o[3] == 1.0f);
+	kv_page_store(p32, 3, 9, k, v);
+	kv_page_load_k(p32, 3, o);
+	assert_memory_equal(o, k, sizeof k);
+	kv_page_load_v(p32, 3, o);
+	assert_memory_equal(o, v, sizeof v);
+	assert_int_equal(p32->pos[3], 9);
 	kv_pool_put(pool, pg);
+	kv_pool_put(pool, p32);
 	kv_pool_free(pool);
 }
 
@@ -361,62 +630,121 @@ static void test_page_store_rounding(void **state)
 static void test_pool_get_put_budget(void **state)
 {
 	struct tkv_alloc a = {0};
-	size_t pb = kv_page_bytes(8, 32, KV_FMT_F16);
-	struct kv_pool *pool = make_pool(2 * pb + pb / 2, 8, KV_FMT_F16, &a);
+	size_t pb = kv_page_bytes(8, 32, KV_FMT_F16), qb = kv_page_bytes(16, 32, KV_FMT_Q4);
+	struct kv_pool *pool = make_pool(2 * pb + qb + pb / 2, 8, KV_FMT_F16, &a);
 	size_t live0 = atomic_load(&a.live);
 	struct kv_pool_stats st;
-	struct kv_page *p1, *p2, *p3;
+	struct kv_page *p1, *p2, *p3, *q;
 	int why = 0;
 
 	(void)state;
-	assert_true(kv_pool_can_fit(pool, 2 * pb));
-	assert_false(kv_pool_can_fit(pool, 3 * pb));
-	p1 = kv_pool_get(pool, 32, &why);
-	p2 = kv_pool_get(pool, 32, &why);
+	assert_true(qb < pb); /* 16 q4 slots cost less than 8 f16 ones at d = 32 */
+	assert_true(kv_pool_can_fit(pool, 2 * pb + qb));
+	assert_false(kv_pool_can_fit(pool, 3 * pb + qb));
+	p1 = kv_pool_get(pool, 32, KV_FMT_F16, 8, &why);
+	p2 = kv_pool_get(pool, 32, KV_FMT_F16, 8, &why);
+	q = kv_pool_get(pool, 32, KV_FMT_Q4, 16, &why);
 	assert_non_null(p1);
 	assert_non_null(p2);
+	assert_non_null(q);
 	assert_false(kv_pool_can_fit(pool, pb));
 	assert_true(kv_pool_can_fit(pool, pb / 2));
-	p3 = kv_pool_get(pool, 32, &why);
+	p3 = kv_pool_get(pool, 32, KV_FMT_F16, 8, &why);
 	assert_null(p3);
 	assert_int_equal(why, TKV_ERR_KV_FULL);
 	kv_pool_stats(pool, &st);
-	assert_int_equal(st.budget, 2 * pb + pb / 2);
-	assert_int_equal(st.n_pages, 2);
-	assert_int_equal(st.allocated, 2 * pb);
+	assert_int_equal(st.budget, 2 * pb + qb + pb / 2);
+	assert_int_equal(st.n_pages, 3);
+	assert_int_equal(st.allocated, 2 * pb + qb);
 	assert_int_equal(st.fmt_bytes[KV_FMT_F16], 2 * pb);
+	assert_int_equal(st.fmt_bytes[KV_FMT_Q4], qb);
 	assert_int_equal(st.fmt_bytes[KV_FMT_F32], 0);
-	assert_int_equal(st.peak_allocated, 2 * pb);
-	assert_int_equal(st.pages_allocated, 2);
+	assert_int_equal(st.peak_allocated, 2 * pb + qb);
+	assert_int_equal(st.pages_allocated, 3);
 	assert_int_equal(st.pages_refused, 1);
 	assert_int_equal(st.used, 0);
-	assert_int_equal(atomic_load(&a.live), live0 + 2 * pb);
+	assert_int_equal(atomic_load(&a.live), live0 + 2 * pb + qb);
 
-	/* filled slots count in used and kv_bytes, and leave with the page */
-	kv_pool_note_used(pool, 32, KV_FMT_F16, 3);
-	p1->n_used = 3;
+	/* filled slots count in used and kv_bytes (their share of each page), per
+	 * format, and leave with the page */
+	kv_pool_set_used(pool, p1, 3);
+	kv_pool_set_used(pool, q, 5);
+	assert_int_equal(p1->n_used, 3);
+	assert_int_equal(q->n_used, 5);
 	kv_pool_stats(pool, &st);
-	assert_int_equal(st.used, 3 * slot_bytes(32, KV_FMT_F16));
-	assert_int_equal(st.kv_bytes, 3 * 2 * 32 * 2);
+	assert_int_equal(st.used, share(pb, 3, 8) + share(qb, 5, 16));
+	assert_int_equal(st.kv_bytes, 3 * 2 * 32 * 2 + share(q->kv_bytes, 5, 16));
+	assert_int_equal(st.fmt_kv_bytes[KV_FMT_F16], 3 * 2 * 32 * 2);
+	assert_int_equal(st.fmt_kv_bytes[KV_FMT_Q4], share(q->kv_bytes, 5, 16));
+	assert_int_equal(st.fmt_slots[KV_FMT_F16], 3);
+	assert_int_equal(st.fmt_slots[KV_FMT_Q4], 5);
+	/* set_used in both directions, to the same value, to full and to 0 */
+	kv_pool_set_used(pool, p1, 8);
+	kv_pool_set_used(pool, p1, 8);
+	kv_pool_set_used(pool, q, 1);
+	kv_pool_set_used(pool, q, 16);
+	kv_pool_set_used(pool, q, 0);
+	kv_pool_set_used(pool, q, 7);
+	check_acct(pool, NULL, 0, (struct kv_page *[]){ p1, p2, q }, 3);
+	kv_pool_stats(pool, &st);
+	assert_int_equal(st.fmt_slots[KV_FMT_F16], 8);
+	assert_int_equal(st.fmt_slots[KV_FMT_Q4], 7);
 	kv_pool_put(pool, p1);
 	kv_pool_put(pool, NULL);
 	kv_pool_stats(pool, &st);
-	assert_int_equal(st.used, 0);
-	assert_int_equal(st.kv_bytes, 0);
-	assert_int_equal(st.n_pages, 1);
-	assert_int_equal(st.allocated, pb);
-	assert_int_equal(st.peak_allocated, 2 * pb);
-	p3 = kv_pool_get(pool, 32, &why);
+	assert_int_equal(st.used, share(qb, 7, 16));
+	assert_int_equal(st.fmt_slots[KV_FMT_F16], 0);
+	assert_int_equal(st.fmt_kv_bytes[KV_FMT_F16], 0);
+	assert_int_equal(st.n_pages, 2);
+	assert_int_equal(st.allocated, pb + qb);
+	assert_int_equal(st.peak_allocated, 2 * pb + qb);
+	p3 = kv_pool_get(pool, 32, KV_FMT_F16, 8, &why);
 	assert_non_null(p3);
+	kv_pool_put(pool, q);
 	kv_pool_put(pool, p2);
 	kv_pool_put(pool, p3);
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.allocated, 0);
+	assert_int_equal(st.used, 0);
+	assert_int_equal(st.kv_bytes, 0);
 	assert_int_equal(st.n_pages, 0);
-	assert_int_equal(st.pages_allocated, 3);
+	for (int f = 0; f < KV_FMT_COUNT; f++) {
+		assert_int_equal(st.fmt_bytes[f], 0);
+		assert_int_equal(st.fmt_kv_bytes[f], 0);
+		assert_int_equal(st.fmt_slots[f], 0);
+	}
+	assert_int_equal(st.pages_allocated, 4);
 	assert_int_equal(atomic_load(&a.live), live0);
 	kv_pool_free(pool);
 	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+/* used is exact over pages whose bytes do not divide by their slots: each
+ * page's share is floored on its own, and the pool's sum never drifts from
+ * the sum of those floors however often fills go up and down. */
+static void test_pool_used_rounding(void **state)
+{
+	struct kv_pool *pool = make_pool(0, 16, KV_FMT_F16, NULL);
+	struct kv_page *pg[6];
+	static const uint32_t caps[6] = { 3, 7, 11, 64, 13, 5 }, fmts[6] = { 1, 2, 3, 4, 0, 2 };
+	int why;
+
+	(void)state;
+	for (int i = 0; i < 6; i++) {
+		pg[i] = kv_pool_get(pool, 8, fmts[i], caps[i], &why);
+		assert_non_null(pg[i]);
+	}
+	rng_seed(5);
+	for (int step = 0; step < 2000; step++) {
+		int i = (int)(rng_u32() % 6);
+
+		kv_pool_set_used(pool, pg[i], rng_u32() % (caps[i] + 1));
+		check_acct(pool, NULL, 0, pg, 6);
+	}
+	for (int i = 0; i < 6; i++)
+		kv_pool_put(pool, pg[i]);
+	check_acct(pool, NULL, 0, NULL, 0);
+	kv_pool_free(pool);
 }
 
 /* ---- sequences ------------------------------------------------------------------ */
@@ -436,18 +764,28 @@ static void test_pages_on_demand(void **state)
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.n_pages, 0);
 	assert_int_equal(st.allocated, 0);
+	for (uint32_t i = 0; i < L * H; i++) {
+		assert_int_equal(s->streams[i].n_pages, 0);
+		assert_int_equal(s->streams[i].hot_free, 0);
+		assert_int_equal(s->streams[i].tail, KV_NO_PAGE);
+		assert_int_equal(s->streams[i].kv_bytes, 0);
+	}
 
 	assert_int_equal(kv_seq_reserve(s, 1, &err), TKV_OK);
 	append_token(s, 7, 0);
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.n_pages, L * H);
 	assert_int_equal(st.allocated, L * H * pb);
-	assert_int_equal(st.used, L * H * slot_bytes(HD, KV_FMT_F16));
+	assert_int_equal(st.used, L * H * share(pb, 1, P));
 	assert_int_equal(st.kv_bytes, L * H * 2 * HD * 2);
+	assert_int_equal(st.fmt_slots[KV_FMT_F16], L * H);
 	for (uint32_t i = 0; i < L * H; i++) {
 		assert_int_equal(s->streams[i].n_pages, 1);
 		assert_int_equal(s->streams[i].n_tokens, 1);
+		assert_int_equal(s->streams[i].hot_free, P - 1);
+		assert_int_equal(s->streams[i].kv_bytes, 2 * HD * 2); /* one filled f16 slot */
 	}
+	check_acct1(pool, s);
 
 	/* the rest of the first page needs nothing new */
 	for (uint32_t t = 1; t < P; t++) {
@@ -457,6 +795,7 @@ static void test_pages_on_demand(void **state)
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.n_pages, L * H);
 	assert_int_equal(st.pages_allocated, L * H);
+	assert_int_equal(s->streams[0].hot_free, 0);
 	/* token P + 1 takes a second page per stream */
 	assert_int_equal(kv_seq_reserve(s, 1, &err), TKV_OK);
 	append_token(s, 7, (int32_t)P);
@@ -464,6 +803,10 @@ static void test_pages_on_demand(void **state)
 	assert_int_equal(st.n_pages, 2 * L * H);
 	assert_int_equal(st.allocated, 2 * L * H * pb);
 	check_contents(s, 7, P + 1);
+	check_acct1(pool, s);
+	/* appended in order: token t in page t / P, slot t % P */
+	for (uint32_t t = 0; t <= P; t++)
+		assert_int_equal(s->streams[0].pages[t / P]->pos[t % P], (int32_t)t);
 
 	/* reserving 0 is a no-op */
 	assert_int_equal(kv_seq_reserve(s, 0, &err), TKV_OK);
@@ -476,12 +819,21 @@ static void test_pages_on_demand(void **state)
 	assert_int_equal(st.allocated, 0);
 	assert_int_equal(st.used, 0);
 	assert_int_equal(st.kv_bytes, 0);
-	assert_int_equal(s->streams[0].n_tokens, 0);
+	for (uint32_t i = 0; i < L * H; i++) {
+		assert_int_equal(s->streams[i].n_tokens, 0);
+		assert_int_equal(s->streams[i].n_pages, 0);
+		assert_int_equal(s->streams[i].hot_free, 0);
+		assert_int_equal(s->streams[i].kv_bytes, 0);
+		assert_int_equal(s->streams[i].tail, KV_NO_PAGE);
+		assert_int_equal(s->streams[i].n_seen, 0);
+	}
+	assert_int_equal(s->n_pos, 0);
 	/* usable again after a clear */
 	assert_int_equal(kv_seq_reserve(s, 3, &err), TKV_OK);
 	for (int32_t t = 0; t < 3; t++)
 		append_token(s, 8, t);
 	check_contents(s, 8, 3);
+	check_acct1(pool, s);
 
 	kv_seq_free(s);
 	kv_pool_stats(pool, &st);
@@ -493,8 +845,39 @@ static void test_pages_on_demand(void **state)
 	assert_int_equal(atomic_load(&a.live), 0);
 }
 
-/* Free returns every page and every byte of the sequence's own memory, from
- * any state (several pages, partly filled, with grown page arrays). */
+/* The running key centroid of a stream is the mean of every key appended. */
+static void test_centroid(void **state)
+{
+	const uint32_t HD = 8;
+	struct kv_pool *pool = make_pool(0, 4, KV_FMT_F32, NULL);
+	struct kv_seq *s = make_seq(pool, 2, 1, HD, NULL);
+	double sum[2][8] = { { 0 } };
+	float k[8], v[8];
+
+	(void)state;
+	assert_int_equal(kv_seq_reserve(s, 10, NULL), TKV_OK);
+	for (int32_t t = 0; t < 10; t++) {
+		append_token(s, 4, t);
+		for (uint32_t l = 0; l < 2; l++) {
+			kv_row(4, l, 0, t, HD, k, v);
+			for (uint32_t i = 0; i < HD; i++)
+				sum[l][i] += k[i];
+		}
+	}
+	for (uint32_t l = 0; l < 2; l++) {
+		const struct kv_stream *st = kv_seq_stream(s, l, 0);
+
+		assert_int_equal(st->n_seen, 10);
+		for (uint32_t i = 0; i < HD; i++)
+			assert_float_equal(st->centroid[i], sum[l][i] / 10.0, 1e-4);
+	}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+}
+
+/* Free returns every page (of any format) and every byte of the sequence's
+ * own memory, from any state (several pages, partly filled, with grown page
+ * arrays). */
 static void test_free_returns_everything(void **state)
 {
 	struct tkv_alloc a = {0};
@@ -502,17 +885,31 @@ static void test_free_returns_everything(void **state)
 	size_t live0 = atomic_load(&a.live);
 	struct kv_seq *s1 = make_seq(pool, 2, 2, 8, &a), *s2 = make_seq(pool, 1, 3, 8, &a);
 	struct kv_pool_stats st;
+	float K[8 * 8], V[8 * 8];
+	int32_t pos[8];
+	int why;
 
 	(void)state;
 	assert_int_equal(kv_seq_reserve(s1, 30, NULL), TKV_OK); /* 8 pages a stream: arrays grow */
 	for (int32_t t = 0; t < 30; t++)
 		append_token(s1, 1, t);
+	/* warm and cold pages too, one rotated */
+	for (uint32_t j = 0; j < 8; j++) {
+		kv_row(1, 0, 0, (int32_t)(100 + j), 8, K + j * 8, V + j * 8);
+		pos[j] = (int32_t)(100 + j);
+	}
+	assert_non_null(add_filled_page(s1, kv_seq_stream(s1, 0, 0), KV_FMT_Q8, 8, 0, K, V, pos, 8, &why));
+	assert_non_null(add_filled_page(s1, kv_seq_stream(s1, 1, 1), KV_FMT_Q4, 64, 1, K, V, pos, 5, &why));
+	assert_non_null(add_filled_page(s1, kv_seq_stream(s1, 1, 0), KV_FMT_Q2, 16, 0, K, V, pos, 0, &why));
 	assert_int_equal(kv_seq_reserve(s2, 5, NULL), TKV_OK);
 	append_token(s2, 2, 0);
+	check_acct(pool, (struct kv_seq *[]){ s1, s2 }, 2, NULL, 0);
 	kv_seq_free(s1);
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.n_pages, 3 * 2);
-	assert_int_equal(st.used, 3 * slot_bytes(8, KV_FMT_F32));
+	assert_int_equal(st.used, 3 * share(kv_page_bytes(4, 8, KV_FMT_F32), 1, 4));
+	for (int f = KV_FMT_F16; f < KV_FMT_COUNT; f++)
+		assert_int_equal(st.fmt_bytes[f], 0);
 	check_contents(s2, 2, 1);
 	kv_seq_free(s2);
 	kv_pool_stats(pool, &st);
@@ -521,7 +918,9 @@ static void test_free_returns_everything(void **state)
 	assert_int_equal(st.fmt_bytes[KV_FMT_F32], 0);
 	assert_int_equal(st.used, 0);
 	assert_int_equal(st.kv_bytes, 0);
-	assert_int_equal(st.peak_allocated, (8 * 4 + 6) * kv_page_bytes(4, 8, KV_FMT_F32));
+	assert_int_equal(st.peak_allocated, (8 * 4 + 6) * kv_page_bytes(4, 8, KV_FMT_F32) +
+						    kv_page_bytes(8, 8, KV_FMT_Q8) + kv_page_bytes(64, 8, KV_FMT_Q4) +
+						    kv_page_bytes(16, 8, KV_FMT_Q2));
 	assert_int_equal(atomic_load(&a.live), live0);
 	kv_pool_free(pool);
 	assert_int_equal(atomic_load(&a.live), 0);
@@ -538,7 +937,7 @@ static void test_reserve_all_or_nothing(void **state)
 	struct kv_pool *pool = make_pool(10 * pb, P, KV_FMT_F16, &a);
 	struct kv_seq *s = make_seq(pool, 2, 2, HD, &a), *s2 = make_seq(pool, 1, 1, HD, &a);
 	struct kv_pool_stats before, after;
-	struct seq_shape shape;
+	static struct seq_shape shape;
 	struct tkv_error err = {0};
 
 	(void)state;
@@ -585,7 +984,8 @@ static void test_reserve_all_or_nothing(void **state)
 	check_contents(s, 1, 2 * P);
 	kv_pool_stats(pool, &after);
 	assert_int_equal(after.n_pages, 10);
-	assert_int_equal(after.used, 2 * P * 4 * slot_bytes(HD, KV_FMT_F16));
+	assert_int_equal(after.used, 2 * 4 * share(pb, P, P));
+	check_acct(pool, (struct kv_seq *[]){ s, s2 }, 2, NULL, 0);
 
 	kv_seq_free(s);
 	kv_seq_free(s2);
@@ -602,7 +1002,7 @@ static void test_reserve_nomem_midway(void **state)
 	struct kv_pool *pool = make_pool(0, P, KV_FMT_F32, &a);
 	struct kv_seq *s = make_seq(pool, 2, 2, HD, &a);
 	struct kv_pool_stats before, after;
-	struct seq_shape shape;
+	static struct seq_shape shape;
 	struct tkv_error err = {0};
 
 	(void)state;
@@ -627,6 +1027,373 @@ static void test_reserve_nomem_midway(void **state)
 	for (int32_t t = 1; t < (int32_t)(3 * P + 1); t++)
 		append_token(s, 3, t);
 	check_contents(s, 3, 3 * P + 1);
+	check_acct1(pool, s);
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+/* ---- stream bookkeeping ------------------------------------------------------------ */
+
+/* Decoded keys and values of every slot of a page, in model space. */
+static void page_rows(const struct kv_page *pg, float *K, float *V)
+{
+	for (uint32_t j = 0; j < pg->n_used; j++) {
+		kv_page_load_k(pg, j, K + (size_t)j * pg->head_dim);
+		kv_page_load_v(pg, j, V + (size_t)j * pg->head_dim);
+	}
+}
+
+/* Removes slot j of page i and checks that the page now holds exactly what it
+ * held minus slot j (the last slot moved into j, bit for bit, whatever the
+ * format: per-channel parameters of packed pages are shared by all slots). */
+static void remove_and_check(struct kv_seq *s, struct kv_stream *st, uint32_t i, uint32_t j)
+{
+	struct kv_page *pg = st->pages[i];
+	uint32_t d = s->head_dim, n = pg->n_used, last = n - 1;
+	static float K0[64 * 64], V0[64 * 64], K1[64 * 64], V1[64 * 64];
+	int32_t pos0[64];
+	float score0[64];
+
+	assert_true(n <= 64 && d <= 64 && j < n);
+	page_rows(pg, K0, V0);
+	memcpy(pos0, pg->pos, n * sizeof *pos0);
+	memcpy(score0, pg->score, n * sizeof *score0);
+	kv_stream_remove_slot(s, st, i, j);
+	assert_ptr_equal(st->pages[i], pg);
+	assert_int_equal(pg->n_used, last);
+	page_rows(pg, K1, V1);
+	for (uint32_t t = 0; t < last; t++) {
+		uint32_t from = t == j ? last : t;
+
+		assert_int_equal(pg->pos[t], pos0[from]);
+		assert_true(pg->score[t] == score0[from]);
+		assert_memory_equal(K1 + (size_t)t * d, K0 + (size_t)from * d, d * sizeof(float));
+		assert_memory_equal(V1 + (size_t)t * d, V0 + (size_t)from * d, d * sizeof(float));
+	}
+}
+
+/* add_page / set_used / remove_slot / drop_empty keep n_tokens, hot_free, tail
+ * and kv_bytes exact over pages of every format; reserve counts the room left
+ * by removed slots in hot pages, and appends fill it. */
+static void test_stream_bookkeeping(void **state)
+{
+	struct tkv_alloc a = {0};
+	const uint32_t P = 4, HD = 8;
+	struct kv_pool *pool = make_pool(0, P, KV_FMT_F16, &a);
+	size_t live0 = atomic_load(&a.live);
+	struct kv_seq *s = make_seq(pool, 1, 2, HD, &a);
+	struct kv_stream *st = kv_seq_stream(s, 0, 0);
+	float K[20 * 8], V[20 * 8];
+	int32_t pos[20];
+	struct kv_pool_stats ps;
+	int why;
+
+	(void)state;
+	assert_int_equal(kv_seq_reserve(s, 3 * P, NULL), TKV_OK);
+	for (int32_t t = 0; t < (int32_t)(3 * P); t++)
+		append_token(s, 9, t);
+	assert_int_equal(st->hot_free, 0);
+	check_acct1(pool, s);
+	for (uint32_t j = 0; j < 20; j++) {
+		pos[j] = (int32_t)(100 + j);
+		kv_row(9, 0, 0, pos[j], HD, K + j * HD, V + j * HD);
+	}
+	/* one page of each low format (q4 rotated), partly filled */
+	for (size_t f = 0; f < sizeof LOW_FMTS / sizeof LOW_FMTS[0]; f++) {
+		struct kv_page *pg = add_filled_page(s, st, LOW_FMTS[f], 16, LOW_FMTS[f] == KV_FMT_Q4, K + f * 6 * HD,
+						     V + f * 6 * HD, pos + f * 6, 4 + (uint32_t)f, &why);
+
+		assert_non_null(pg);
+		assert_int_equal(st->hot_free, 0); /* low-format room is not room for appends */
+		check_acct1(pool, s);
+	}
+	assert_int_equal(st->n_pages, 6);
+	assert_int_equal(st->n_tokens, 3 * P + 4 + 5 + 6);
+
+	/* removals from every page, first, middle and last slots */
+	remove_and_check(s, st, 1, 0);           /* hot page 1: room for one token */
+	assert_int_equal(st->hot_free, 1);
+	check_acct1(pool, s);
+	remove_and_check(s, st, 2, P - 1);
+	assert_int_equal(st->hot_free, 2);
+	remove_and_check(s, st, 3, 1);           /* q8 */
+	remove_and_check(s, st, 4, 4);           /* q4, rotated: last slot */
+	remove_and_check(s, st, 4, 0);
+	remove_and_check(s, st, 5, 2);           /* q2 */
+	assert_int_equal(st->hot_free, 2);
+	check_acct1(pool, s);
+
+	/* the other stream has no room: reserve takes one page there, none here */
+	kv_pool_stats(pool, &ps);
+	assert_int_equal(kv_seq_reserve(s, 2, NULL), TKV_OK);
+	{
+		struct kv_pool_stats ps2;
+
+		kv_pool_stats(pool, &ps2);
+		assert_int_equal(ps2.n_pages, ps.n_pages + 1);
+	}
+	assert_int_equal(st->n_pages, 6);
+	assert_int_equal(kv_seq_stream(s, 0, 1)->n_pages, 4);
+	append_token(s, 9, 3 * P);
+	append_token(s, 9, 3 * P + 1);
+	assert_int_equal(st->hot_free, 0);
+	check_acct1(pool, s);
+
+	/* empty every slot of the q8 page and of hot page 0: drop_empty returns
+	 * them (and only them) and keeps tail pointing at a hot page or nowhere */
+	while (st->pages[3]->n_used)
+		remove_and_check(s, st, 3, st->pages[3]->n_used - 1);
+	while (st->pages[0]->n_used)
+		remove_and_check(s, st, 0, 0);
+	assert_int_equal(st->hot_free, P);
+	check_acct1(pool, s);
+	kv_stream_drop_empty(s, st);
+	assert_int_equal(st->n_pages, 4);
+	assert_int_equal(st->hot_free, 0);
+	for (uint32_t p = 0; p < st->n_pages; p++)
+		assert_true(st->pages[p]->n_used > 0);
+	check_acct1(pool, s);
+	check_contents(s, 9, UINT32_MAX);
+
+	/* a hot page with room added by the policy becomes room for appends */
+	{
+		struct kv_page *pg = kv_pool_get(pool, HD, KV_FMT_F16, P, &why);
+
+		assert_non_null(pg);
+		assert_int_equal(kv_stream_add_page(s, st, pg), TKV_OK);
+		assert_int_equal(st->hot_free, P);
+		kv_stream_set_used(s, st, pg, 0);
+		assert_int_equal(st->hot_free, P);
+		check_acct1(pool, s);
+		assert_int_equal(kv_seq_reserve(s, P, NULL), TKV_OK);
+		assert_int_equal(st->n_pages, 5);
+		for (int32_t t = 0; t < (int32_t)P; t++)
+			append_token(s, 9, (int32_t)(3 * P + 2) + t);
+		assert_int_equal(pg->n_used, P);
+		check_contents(s, 9, UINT32_MAX);
+		check_acct1(pool, s);
+	}
+	kv_seq_free(s);
+	check_acct(pool, NULL, 0, NULL, 0);
+	assert_int_equal(atomic_load(&a.live), live0);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+/* Decoded rows, position and score of every slot of a stream, by position. */
+struct stream_rows {
+	unsigned char present[MAX_POS];
+	float k[MAX_POS][16], v[MAX_POS][16], score[MAX_POS];
+	uint8_t fmt[MAX_POS], rot[MAX_POS];
+	const struct kv_page *page[MAX_POS];
+};
+
+static void rows_of(const struct kv_stream *st, uint32_t d, struct stream_rows *r)
+{
+	assert_true(d <= 16);
+	memset(r->present, 0, sizeof r->present);
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+
+		for (uint32_t j = 0; j < pg->n_used; j++) {
+			int32_t pos = pg->pos[j];
+
+			assert_true(pos >= 0 && pos < MAX_POS && !r->present[pos]);
+			r->present[pos] = 1;
+			kv_page_load_k(pg, j, r->k[pos]);
+			kv_page_load_v(pg, j, r->v[pos]);
+			r->score[pos] = pg->score[j];
+			r->fmt[pos] = pg->fmt;
+			r->rot[pos] = (pg->flags & KV_PAGE_ROT) != 0;
+			r->page[pos] = pg;
+		}
+	}
+}
+
+/* A stream with holes in pages of every format (q4 rotated and not) and a
+ * frozen page; fills a stream_rows with what it holds. */
+static void build_holey(struct kv_seq *s, struct kv_stream *st, struct kv_page **frozen)
+{
+	static const struct {
+		uint32_t fmt, cap, n, rot;
+	} pages[] = {
+		{ KV_FMT_F16, 4, 4, 0 }, { KV_FMT_F16, 4, 4, 0 }, { KV_FMT_F16, 4, 4, 0 }, { KV_FMT_F16, 4, 4, 0 },
+		{ KV_FMT_Q8, 8, 8, 0 },  { KV_FMT_Q8, 8, 6, 0 },  { KV_FMT_Q8, 8, 7, 0 },
+		{ KV_FMT_Q4, 8, 8, 0 },  { KV_FMT_Q4, 8, 5, 0 },  { KV_FMT_Q4, 8, 6, 1 }, { KV_FMT_Q4, 8, 3, 1 },
+		{ KV_FMT_Q2, 16, 9, 0 }, { KV_FMT_Q2, 16, 2, 0 }, { KV_FMT_F32, 4, 2, 0 }, { KV_FMT_F16, 4, 3, 0 },
+	};
+	const uint32_t d = s->head_dim;
+	float K[16 * 16], V[16 * 16];
+	int32_t pos[16];
+	int32_t next = 0;
+	int why;
+
+	for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+		struct kv_page *pg;
+
+		for (uint32_t j = 0; j < pages[i].n; j++) {
+			pos[j] = next++;
+			kv_row(3, 0, 0, pos[j], d, K + j * d, V + j * d);
+		}
+		pg = add_filled_page(s, st, pages[i].fmt, pages[i].cap, (int)pages[i].rot, K, V, pos, pages[i].n, &why);
+		assert_non_null(pg);
+		for (uint32_t j = 0; j < pg->n_used; j++)
+			pg->score[j] = (float)pg->pos[j] * 0.5f;
+	}
+	/* the last f16 page stands for a shared prefix page */
+	*frozen = st->pages[st->n_pages - 1];
+	(*frozen)->flags |= KV_PAGE_FROZEN;
+	/* holes everywhere: two or more partial pages in every group */
+	remove_and_check(s, st, 7, 2);
+	remove_and_check(s, st, 0, 1);
+	remove_and_check(s, st, 0, 0);
+	remove_and_check(s, st, 1, 3);
+	remove_and_check(s, st, 2, 2);
+	remove_and_check(s, st, 2, 0);
+	remove_and_check(s, st, 2, 0);
+	remove_and_check(s, st, 4, 5);
+	remove_and_check(s, st, 8, 0);
+	remove_and_check(s, st, 11, 4);
+}
+
+/* kv_stream_compact: at most one partial page per format and rotation is left
+ * (frozen pages aside, untouched), the positions, scores and the decoded rows
+ * of per-slot formats are unchanged bit for bit, q4/q2 values too (a value
+ * row re-packs to itself) and q4/q2 keys within half a step of the re-packed
+ * page's channel range; fewer pages, accounting exact, bytes back to the
+ * allocator. */
+static void test_stream_compact(void **state)
+{
+	struct tkv_alloc a = {0};
+	struct kv_pool *pool = make_pool(0, 4, KV_FMT_F16, &a);
+	struct kv_seq *s = make_seq(pool, 1, 1, 16, &a);
+	struct kv_stream *st = kv_seq_stream(s, 0, 0);
+	static struct stream_rows before, after;
+	struct kv_page *frozen;
+	uint32_t frozen_used;
+	unsigned char frozen_bytes[4096];
+	size_t live0, live1;
+
+	(void)state;
+	build_holey(s, st, &frozen);
+	check_acct1(pool, s);
+	frozen_used = frozen->n_used;
+	assert_true(frozen->bytes <= sizeof frozen_bytes);
+	memcpy(frozen_bytes, frozen, frozen->bytes);
+	rows_of(st, 16, &before);
+	live0 = atomic_load(&a.live);
+	assert_int_equal(kv_stream_compact(s, st), TKV_OK);
+	live1 = atomic_load(&a.live);
+	check_acct1(pool, s);
+	rows_of(st, 16, &after);
+	assert_true(live1 < live0);
+	/* the frozen page: same bytes, still there */
+	assert_int_equal(frozen->n_used, frozen_used);
+	assert_memory_equal(frozen, frozen_bytes, frozen->bytes);
+	/* one partial page per group */
+	for (uint32_t p = 0; p < st->n_pages; p++)
+		for (uint32_t q = p + 1; q < st->n_pages; q++) {
+			const struct kv_page *x = st->pages[p], *y = st->pages[q];
+
+			assert_true(x->n_used > 0);
+			if (x == frozen || y == frozen || x->fmt != y->fmt ||
+			    (x->flags & KV_PAGE_ROT) != (y->flags & KV_PAGE_ROT))
+				continue;
+			assert_false(x->n_used < x->cap && y->n_used < y->cap);
+		}
+	for (int32_t pos = 0; pos < MAX_POS; pos++) {
+		assert_int_equal(after.present[pos], before.present[pos]);
+		if (!before.present[pos])
+			continue;
+		assert_int_equal(after.fmt[pos], before.fmt[pos]);
+		assert_int_equal(after.rot[pos], before.rot[pos]);
+		assert_true(after.score[pos] == before.score[pos]);
+		assert_memory_equal(after.v[pos], before.v[pos], sizeof after.v[pos]);
+		if (!kv_fmt_packed(after.fmt[pos])) {
+			assert_memory_equal(after.k[pos], before.k[pos], sizeof after.k[pos]);
+		} else {
+			/* re-quantized once with the receiving page's parameters: within half
+			 * a step of its channel range (rotated pages: per element at most
+			 * the 2-norm of that error) */
+			const struct kv_page *pg = after.page[pos];
+			float kmin[16], kmax[16];
+			double L = pg->fmt == KV_FMT_Q4 ? 15.0 : 3.0, e2 = 0.0, worst = 0.0;
+
+			kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, 16, pg->n_used, kmin, kmax);
+			for (uint32_t c = 0; c < 16; c++) {
+				double step = ((double)kmax[c] - kmin[c]) / L, e = fabs(after.k[pos][c] - before.k[pos][c]);
+
+				e2 += step * step / 4.0;
+				worst = fmax(worst, e - (after.rot[pos] ? 0.0 : step / 2.0 * (1.0 + 0x1p-10)));
+			}
+			if (after.rot[pos])
+				assert_true(worst <= sqrt(e2) * (1.0 + 0x1p-10) + 1e-4);
+			else
+				assert_true(worst <= 1e-5);
+		}
+	}
+	/* nothing left to do the second time */
+	{
+		static struct seq_shape shape;
+
+		shape_of(s, &shape);
+		assert_int_equal(kv_stream_compact(s, st), TKV_OK);
+		assert_shape_same(s, &shape);
+	}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+/* Compaction without scratch for a re-pack: TKV_ERR_NOMEM, the q4/q2 pages
+ * exactly as they were, the others compacted, accounting exact. */
+static void test_stream_compact_nomem(void **state)
+{
+	struct tkv_alloc a = {0};
+	struct kv_pool *pool = make_pool(0, 4, KV_FMT_F16, &a);
+	struct kv_seq *s = make_seq(pool, 1, 1, 16, &a);
+	struct kv_stream *st = kv_seq_stream(s, 0, 0);
+	static struct stream_rows before, after;
+	struct kv_page *frozen, *packed[16];
+	uint32_t packed_used[16], n_packed = 0;
+
+	(void)state;
+	build_holey(s, st, &frozen);
+	rows_of(st, 16, &before);
+	for (uint32_t p = 0; p < st->n_pages; p++)
+		if (kv_fmt_packed(st->pages[p]->fmt)) {
+			packed_used[n_packed] = st->pages[p]->n_used;
+			packed[n_packed++] = st->pages[p];
+		}
+	for (unsigned long long k = 1; k <= 2; k++) {
+		a.fail_at = atomic_load(&a.n_calls) + k;
+		a.fail_count = 1;
+		assert_int_equal(kv_stream_compact(s, st), TKV_ERR_NOMEM);
+		a.fail_at = 0;
+		check_acct1(pool, s);
+		rows_of(st, 16, &after);
+		for (uint32_t i = 0; i < n_packed; i++)
+			assert_int_equal(packed[i]->n_used, packed_used[i]);
+		for (int32_t pos = 0; pos < MAX_POS; pos++) {
+			assert_int_equal(after.present[pos], before.present[pos]);
+			if (before.present[pos]) {
+				assert_memory_equal(after.k[pos], before.k[pos], sizeof after.k[pos]);
+				assert_memory_equal(after.v[pos], before.v[pos], sizeof after.v[pos]);
+			}
+		}
+	}
+	/* the per-slot groups were compacted all the same */
+	for (uint32_t p = 0; p < st->n_pages; p++)
+		for (uint32_t q = p + 1; q < st->n_pages; q++) {
+			const struct kv_page *x = st->pages[p], *y = st->pages[q];
+
+			if (x == frozen || y == frozen || x->fmt != y->fmt || kv_fmt_packed(x->fmt))
+				continue;
+			assert_false(x->n_used < x->cap && y->n_used < y->cap);
+		}
+	assert_int_equal(kv_stream_compact(s, st), TKV_OK);
+	check_acct1(pool, s);
 	kv_seq_free(s);
 	kv_pool_free(pool);
 	assert_int_equal(atomic_load(&a.live), 0);
@@ -638,47 +1405,116 @@ struct model_seq {
 	struct kv_seq *s;
 	uint32_t id;
 	uint32_t n_layer, n_kv_head;
-	uint32_t n_tokens;  /* in every stream */
-	uint32_t n_pages;   /* in every stream */
+	uint32_t n_appended;                    /* positions 0..n_appended-1 were appended */
+	unsigned char live[9][MAX_POS];         /* per stream: position still cached */
 };
 
-static void check_model(struct kv_pool *pool, const struct model_seq *m, uint32_t hd, uint32_t fmt)
+/* Each stream holds exactly the positions the model says, each once, and the
+ * hot pages hold their appended data. */
+static void check_model_seq(const struct model_seq *m)
 {
-	size_t pb = kv_page_bytes(kv_pool_page_tokens(pool), hd, fmt), pages = 0, tokens = 0;
-	struct kv_pool_stats st;
+	static unsigned char seen[MAX_POS];
+	size_t n = (size_t)m->n_layer * m->n_kv_head;
 
-	kv_pool_stats(pool, &st);
-	for (int i = 0; i < N_SLOTS; i++) {
-		size_t n = (size_t)m[i].n_layer * m[i].n_kv_head;
+	check_contents(m->s, m->id, UINT32_MAX);
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_stream *st = &m->s->streams[i];
+		uint32_t want = 0;
 
-		if (!m[i].s)
-			continue;
-		pages += n * m[i].n_pages;
-		tokens += n * m[i].n_tokens;
-		for (size_t j = 0; j < n; j++) {
-			if (m[i].s->streams[j].n_pages != m[i].n_pages || m[i].s->streams[j].n_tokens != m[i].n_tokens)
-				fail_msg("seq %d stream %zu: %u pages %u tokens, want %u and %u", i, j,
-					 m[i].s->streams[j].n_pages, m[i].s->streams[j].n_tokens, m[i].n_pages,
-					 m[i].n_tokens);
+		memset(seen, 0, sizeof seen);
+		for (uint32_t p = 0; p < st->n_pages; p++)
+			for (uint32_t j = 0; j < st->pages[p]->n_used; j++)
+				seen[st->pages[p]->pos[j]] = 1;
+		for (uint32_t t = 0; t < MAX_POS; t++) {
+			if (seen[t] != m->live[i][t])
+				fail_msg("seq %u stream %zu: position %u %s", m->id, i, t,
+					 seen[t] ? "cached but evicted" : "missing");
+			want += m->live[i][t];
 		}
-	}
-	assert_int_equal(st.n_pages, pages);
-	assert_int_equal(st.allocated, pages * pb);
-	assert_int_equal(st.fmt_bytes[fmt], st.allocated);
-	assert_int_equal(st.fmt_bytes[!fmt], 0);
-	assert_int_equal(st.used, tokens * slot_bytes(hd, fmt));
-	assert_int_equal(st.kv_bytes, tokens * 2 * hd * kv_fmt_size(fmt));
-	assert_true(st.peak_allocated >= st.allocated);
-	if (st.budget) {
-		assert_true(st.allocated <= st.budget);
-		assert_true(st.peak_allocated <= st.budget);
+		assert_int_equal(st->n_tokens, want);
 	}
 }
 
-/* Thousands of random init/reserve/append/clear/free steps over several
- * sequences of different shapes; after every step the pool's counters equal
- * what a model of the sequences says, and reserve succeeds exactly when the
- * pages it needs fit under the budget. */
+static void check_model(struct kv_pool *pool, const struct model_seq *m, int contents)
+{
+	struct kv_seq *seqs[N_SLOTS];
+
+	for (int i = 0; i < N_SLOTS; i++) {
+		seqs[i] = m[i].s;
+		if (m[i].s && contents)
+			check_model_seq(&m[i]);
+	}
+	check_acct(pool, seqs, N_SLOTS, NULL, 0);
+}
+
+/* Moves up to n random slots of hot pages of a stream into a new page of a
+ * low format (rotated or not), as the policies demote. Returns the pool's
+ * answer (TKV_OK, or TKV_ERR_KV_FULL with nothing changed). */
+static int demote_some(struct kv_seq *s, struct kv_stream *st, uint32_t n, uint32_t fmt, uint32_t cap, int rot)
+{
+	uint32_t d = s->head_dim, got = 0;
+	static float K[64 * 64], V[64 * 64];
+	int32_t pos[64];
+	uint32_t page_of[64], slot_of[64];
+	int why = 0;
+	struct kv_page *pg;
+
+	if (n > cap)
+		n = cap;
+	/* choose: random hot slots, each once */
+	for (uint32_t tries = 0; tries < 4 * n && got < n; tries++) {
+		uint32_t p, j;
+		int dup = 0;
+
+		if (st->n_pages == 0)
+			break;
+		p = rng_u32() % st->n_pages;
+		if (!is_hot(s, st->pages[p]) || st->pages[p]->n_used == 0)
+			continue;
+		j = rng_u32() % st->pages[p]->n_used;
+		for (uint32_t x = 0; x < got; x++)
+			dup |= page_of[x] == p && slot_of[x] == j;
+		if (dup)
+			continue;
+		page_of[got] = p;
+		slot_of[got++] = j;
+	}
+	if (got == 0)
+		return TKV_OK;
+	for (uint32_t x = 0; x < got; x++) {
+		const struct kv_page *src = st->pages[page_of[x]];
+
+		kv_page_load_k(src, slot_of[x], K + (size_t)x * d);
+		kv_page_load_v(src, slot_of[x], V + (size_t)x * d);
+		pos[x] = src->pos[slot_of[x]];
+	}
+	pg = add_filled_page(s, st, fmt, cap, rot, K, V, pos, got, &why);
+	if (!pg) {
+		assert_int_equal(why, TKV_ERR_KV_FULL);
+		return why;
+	}
+	/* then remove the originals: page ascending, slot descending */
+	for (uint32_t x = 1; x < got; x++)
+		for (uint32_t y = x; y > 0 && (page_of[y - 1] > page_of[y] ||
+					       (page_of[y - 1] == page_of[y] && slot_of[y - 1] < slot_of[y])); y--) {
+			uint32_t tp = page_of[y], ts = slot_of[y];
+
+			page_of[y] = page_of[y - 1];
+			slot_of[y] = slot_of[y - 1];
+			page_of[y - 1] = tp;
+			slot_of[y - 1] = ts;
+		}
+	for (uint32_t x = 0; x < got; x++)
+		remove_and_check(s, st, page_of[x], slot_of[x]);
+	return TKV_OK;
+}
+
+/* Thousands of random steps over several sequences of different shapes:
+ * init, reserve, append, demote hot slots to q8/q4/q2 pages (some rotated),
+ * evict slots of any page, drop empty pages, clear, free. After every step
+ * the pool's counters equal the sums over the pages, each stream's figures
+ * equal its pages', and reserve succeeds exactly when the pages it needs fit
+ * under the budget. */
 static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 {
 	struct tkv_alloc a = {0};
@@ -686,78 +1522,117 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 	size_t pb = kv_page_bytes(P, HD, fmt);
 	struct kv_pool *pool = make_pool(budget_pages * pb, P, fmt, &a);
 	size_t live0 = atomic_load(&a.live);
-	struct model_seq m[N_SLOTS];
+	static struct model_seq m[N_SLOTS];
 	uint32_t next_id = 1;
-	int n_full = 0, n_ok = 0;
+	int n_full = 0, n_ok = 0, n_demoted = 0, n_low_full = 0;
 
 	rng_seed(seed);
 	memset(m, 0, sizeof m);
 	for (int step = 0; step < N_STEPS; step++) {
 		struct model_seq *q = &m[rng_u32() % N_SLOTS];
 		uint32_t op = rng_u32() % 100;
+		size_t n_streams = (size_t)q->n_layer * q->n_kv_head;
 
 		if (!q->s) {
+			memset(q, 0, sizeof *q);
 			q->n_layer = 1 + rng_u32() % 3;
 			q->n_kv_head = 1 + rng_u32() % 3;
 			q->id = next_id++;
-			q->n_tokens = q->n_pages = 0;
 			q->s = make_seq(pool, q->n_layer, q->n_kv_head, HD, &a);
-		} else if (op < 40) {
+		} else if (op < 30) {
 			/* unlimited: keep the walk bounded */
-			uint32_t n_new = budget_pages == 0 && q->n_tokens > 64 ? 0 : rng_u32() % (3 * P + 2);
-			uint32_t want = (q->n_tokens + n_new + P - 1) / P;
-			size_t n_streams = (size_t)q->n_layer * q->n_kv_head;
-			size_t need = want > q->n_pages ? (want - q->n_pages) * n_streams : 0;
+			uint32_t n_new = (budget_pages == 0 && q->n_appended > 64) || q->n_appended > MAX_POS - 64
+						 ? 0 : rng_u32() % (3 * P + 2);
+			size_t need = 0;
 			struct kv_pool_stats before, after;
 			struct tkv_error err = {0};
 			int expect, rc;
 
+			for (size_t i = 0; i < n_streams; i++) {
+				uint32_t free_ = q->s->streams[i].hot_free;
+
+				need += n_new > free_ ? (n_new - free_ + P - 1) / P : 0;
+			}
 			kv_pool_stats(pool, &before);
 			expect = budget_pages == 0 || before.allocated + need * pb <= before.budget ? TKV_OK
 												   : TKV_ERR_KV_FULL;
 			rc = kv_seq_reserve(q->s, n_new, &err);
 			if (rc != expect)
-				fail_msg("step %d: reserve %u (%u tokens, %u pages, need %zu of %zu free pages): %d, "
-					 "want %d: %s", step, n_new, q->n_tokens, q->n_pages, need,
-					 budget_pages - before.n_pages, rc, expect, err.msg);
+				fail_msg("step %d: reserve %u (need %zu pages, %zu of %zu bytes used): %d, want %d: %s",
+					 step, n_new, need, before.allocated, before.budget, rc, expect, err.msg);
+			kv_pool_stats(pool, &after);
 			if (rc == TKV_OK) {
-				if (want > q->n_pages)
-					q->n_pages = want;
+				assert_int_equal(after.n_pages, before.n_pages + need);
+				for (size_t i = 0; i < n_streams; i++)
+					assert_true(q->s->streams[i].hot_free >= n_new);
 				n_ok++;
 			} else {
-				kv_pool_stats(pool, &after);
 				assert_stats_same(&before, &after);
 				n_full++;
 			}
-		} else if (op < 80) {
-			uint32_t room = q->n_pages * P - q->n_tokens, n = room ? rng_u32() % (room + 1) : 0;
+		} else if (op < 60) {
+			uint32_t room = UINT32_MAX, n;
 
-			for (uint32_t t = 0; t < n; t++)
-				append_token(q->s, q->id, (int32_t)q->n_tokens++);
-		} else if (op < 90) {
+			for (size_t i = 0; i < n_streams; i++)
+				if (q->s->streams[i].hot_free < room)
+					room = q->s->streams[i].hot_free;
+			n = room ? rng_u32() % (room + 1) : 0;
+			if (n > MAX_POS - q->n_appended)
+				n = MAX_POS - q->n_appended;
+			for (uint32_t t = 0; t < n; t++) {
+				append_token(q->s, q->id, (int32_t)q->n_appended);
+				for (size_t i = 0; i < n_streams; i++)
+					q->live[i][q->n_appended] = 1;
+				q->n_appended++;
+			}
+		} else if (op < 72) {
+			size_t i = rng_u32() % n_streams;
+			uint32_t f = LOW_FMTS[rng_u32() % 3], caps[] = { 4, 8, 16 };
+			int rc = demote_some(q->s, &q->s->streams[i], 1 + rng_u32() % 8, f, caps[rng_u32() % 3],
+					     (int)(rng_u32() % 2));
+
+			if (rc == TKV_OK)
+				n_demoted++;
+			else
+				n_low_full++;
+		} else if (op < 82) {
+			size_t i = rng_u32() % n_streams;
+			struct kv_stream *st = &q->s->streams[i];
+			uint32_t k = rng_u32() % 4;
+
+			for (uint32_t x = 0; x < k && st->n_tokens; x++) {
+				uint32_t p = rng_u32() % st->n_pages, j;
+
+				if (st->pages[p]->n_used == 0)
+					continue;
+				j = rng_u32() % st->pages[p]->n_used;
+				q->live[i][st->pages[p]->pos[j]] = 0;
+				remove_and_check(q->s, st, p, j);
+			}
+		} else if (op < 88) {
+			kv_stream_drop_empty(q->s, &q->s->streams[rng_u32() % n_streams]);
+		} else if (op < 95) {
 			kv_seq_clear(q->s);
-			q->n_tokens = q->n_pages = 0;
+			memset(q->live, 0, sizeof q->live);
+			q->n_appended = 0;
 		} else {
 			kv_seq_free(q->s);
 			q->s = NULL;
 		}
-		check_model(pool, m, HD, fmt);
-		if (step % 101 == 0)
-			for (int i = 0; i < N_SLOTS; i++)
-				if (m[i].s)
-					check_contents(m[i].s, m[i].id, m[i].n_tokens);
+		check_model(pool, m, step % 53 == 0);
 	}
-	/* both outcomes happened often enough for the run to mean something */
-	assert_true(n_ok > N_STEPS / 10);
+	/* every outcome happened often enough for the run to mean something */
+	assert_true(n_ok > N_STEPS / 20);
+	assert_true(n_demoted > N_STEPS / 50);
 	if (budget_pages)
-		assert_true(n_full > N_STEPS / 50);
+		assert_true(n_full + n_low_full > N_STEPS / 100);
 	for (int i = 0; i < N_SLOTS; i++) {
 		if (m[i].s)
-			check_contents(m[i].s, m[i].id, m[i].n_tokens);
+			check_model_seq(&m[i]);
 		kv_seq_free(m[i].s);
 		m[i].s = NULL;
 	}
-	check_model(pool, m, HD, fmt);
+	check_model(pool, m, 0);
 	assert_int_equal(atomic_load(&a.live), live0);
 	kv_pool_free(pool);
 	assert_int_equal(atomic_load(&a.live), 0);
@@ -789,83 +1664,189 @@ static void test_random_accounting_unlimited(void **state)
 
 /* ---- attention ------------------------------------------------------------------- */
 
-/* kv_attn over a stream of several pages (the last one partly filled), for
- * every n_visible, against a double-precision softmax and weighted sum over
- * the values the pages hold. */
-static void check_attn(uint32_t fmt, uint32_t hd, uint64_t seed)
+#define AT_MAX_T 40
+#define AT_MAX_Q 4
+
+struct page_spec {
+	uint32_t fmt, cap, n;
+	int rot;
+};
+
+/* kv_attn for nq query heads over one stream built from `spec` (pages in that
+ * order, positions a random permutation of 0..T-1 spread over them), for every
+ * query position qpos (slots with pos > qpos masked), against a double-
+ * precision softmax and weighted sum over the keys and values the pages hold
+ * (decoded in model space). A second stream of the sequence is filled with
+ * large values: it must not leak into the first. */
+static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd, uint32_t nq, uint64_t seed)
 {
-	enum { T = 11, P = 4 };
-	struct kv_pool *pool = make_pool(0, P, fmt, NULL);
+	struct kv_pool *pool = make_pool(0, 16, KV_FMT_F16, NULL);
 	struct kv_seq *s = make_seq(pool, 1, 2, hd, NULL);
-	static float k[T][64], v[T][64];
-	float q[64], out[64], att[T + 4], kb[64];
-	float scale = 1.0f / sqrtf((float)hd);
+	struct kv_stream *st = kv_seq_stream(s, 0, 0), *other = kv_seq_stream(s, 0, 1);
+	static float K[AT_MAX_T * 64], V[AT_MAX_T * 64], Kd[AT_MAX_T * 64], Vd[AT_MAX_T * 64];
+	static float logit[AT_MAX_Q * AT_MAX_T], att[AT_MAX_T + 4];
+	float q[AT_MAX_Q * 64], out[AT_MAX_Q * 64], qrot[AT_MAX_Q * 64], orot[AT_MAX_Q * 64];
+	int32_t pos[AT_MAX_T], spos[AT_MAX_T];
+	uint32_t T = 0, off = 0;
+	double M = 1.0;
+	int why;
 
-	assert_true(hd <= 64);
+	assert_true(hd <= 64 && nq <= AT_MAX_Q);
 	rng_seed(seed);
-	assert_int_equal(kv_seq_reserve(s, T, NULL), TKV_OK);
-	for (int t = 0; t < T; t++) {
-		float other[64];
+	for (size_t i = 0; i < n_spec; i++)
+		T += spec[i].n;
+	assert_true(T <= AT_MAX_T);
+	for (uint32_t t = 0; t < T; t++)
+		pos[t] = (int32_t)t;
+	for (uint32_t t = T; t > 1; t--) {
+		uint32_t r = rng_u32() % t;
+		int32_t x = pos[t - 1];
 
-		for (uint32_t i = 0; i < hd; i++) {
-			k[t][i] = rng_f(-1.0f, 1.0f);
-			v[t][i] = rng_f(-1.0f, 1.0f);
-			other[i] = 100.0f; /* head 1 must not leak into head 0 */
-		}
-		kv_seq_append(s, 0, 0, t, k[t], v[t]);
-		kv_seq_append(s, 0, 1, t, other, other);
-		/* what the page holds */
-		if (fmt == KV_FMT_F16)
-			for (uint32_t i = 0; i < hd; i++) {
-				k[t][i] = ops_f16_to_f32(ops_f32_to_f16(k[t][i]));
-				v[t][i] = ops_f16_to_f32(ops_f32_to_f16(v[t][i]));
-			}
-		kv_page_load_k(kv_seq_stream(s, 0, 0)->pages[t / P], t % P, kb);
-		assert_memory_equal(kb, k[t], hd * sizeof(float));
+		pos[t - 1] = pos[r];
+		pos[r] = x;
 	}
-	for (uint32_t i = 0; i < hd; i++)
+	for (uint32_t i = 0; i < T * hd; i++) {
+		K[i] = rng_f(-1.0f, 1.0f);
+		V[i] = rng_f(-1.0f, 1.0f);
+	}
+	for (size_t i = 0; i < n_spec; i++) {
+		struct kv_page *pg = add_filled_page(s, st, spec[i].fmt, spec[i].cap, spec[i].rot, K + (size_t)off * hd,
+						     V + (size_t)off * hd, pos + off, spec[i].n, &why);
+		float big[64 * 64];
+
+		assert_non_null(pg);
+		/* the other stream: the same page shapes, values of 100 */
+		for (uint32_t x = 0; x < spec[i].n * hd; x++)
+			big[x] = 100.0f;
+		assert_non_null(add_filled_page(s, other, spec[i].fmt, spec[i].cap, spec[i].rot, big, big, pos + off,
+						spec[i].n, &why));
+		off += spec[i].n;
+	}
+	assert_int_equal(st->n_tokens, T);
+	/* what the pages hold, in page order */
+	off = 0;
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+
+		for (uint32_t j = 0; j < pg->n_used; j++, off++) {
+			kv_page_load_k(pg, j, Kd + (size_t)off * hd);
+			kv_page_load_v(pg, j, Vd + (size_t)off * hd);
+			spos[off] = pg->pos[j];
+		}
+	}
+	for (uint32_t i = 0; i < T * hd; i++)
+		M = fmax(M, fmax(fabs(Kd[i]), fabs(Vd[i])));
+	for (uint32_t i = 0; i < nq * hd; i++)
 		q[i] = rng_f(-1.0f, 1.0f);
 
-	for (uint32_t nv = 1; nv <= T; nv++) {
-		double sc[T], w[T], mx = -INFINITY, sum = 0.0, got_sum = 0.0;
+	for (int32_t qpos = -1; qpos < (int32_t)T; qpos++) {
+		struct kv_attn_args a = {
+			.q = q, .nq = nq, .qpos = qpos, .scale = 1.0f / sqrtf((float)hd), .skip = 0.0f,
+			.logit = logit, .qrot = qrot, .orot = orot, .att = att, .out = out,
+		};
+		double w[AT_MAX_Q][AT_MAX_T], ent_want = 0.0, ent = 0.0;
+		uint32_t n_vis = 0;
+		uint64_t read0 = st->pages_read, skipped0 = st->pages_skipped;
 
-		for (int t = 0; t < T + 4; t++)
+		a.entropy = &ent;
+		for (uint32_t t = 0; t < T + 4; t++)
 			att[t] = -7.0f;
-		kv_attn(kv_seq_stream(s, 0, 0), hd, q, nv, scale, att, out);
-		for (uint32_t t = 0; t < nv; t++) {
-			sc[t] = 0.0;
-			for (uint32_t i = 0; i < hd; i++)
-				sc[t] += (double)q[i] * k[t][i];
-			sc[t] *= scale;
-			if (sc[t] > mx)
-				mx = sc[t];
-		}
-		for (uint32_t t = 0; t < nv; t++)
-			sum += (w[t] = exp(sc[t] - mx));
-		for (uint32_t t = 0; t < nv; t++) {
-			w[t] /= sum;
-			if (fabs(att[t] - w[t]) > TOL_ATT_W)
-				fail_msg("%s hd %u n_visible %u: att[%u] = %.9g, want %.9g", kv_fmt_name(fmt), hd, nv, t,
-					 (double)att[t], w[t]);
-			got_sum += att[t];
-		}
-		if (fabs(got_sum - 1.0) > TOL_ATT_SUM)
-			fail_msg("%s hd %u n_visible %u: weights sum to %.9g", kv_fmt_name(fmt), hd, nv, got_sum);
-		for (int t = (int)nv; t < T + 4; t++)
-			assert_true(att[t] == -7.0f); /* past n_visible: untouched */
-		for (uint32_t i = 0; i < hd; i++) {
-			double o = 0.0;
+		kv_attn(st, hd, &a);
+		assert_int_equal(st->pages_skipped, skipped0); /* skip 0: never */
+		for (uint32_t t = 0; t < T; t++)
+			n_vis += spos[t] <= qpos;
+		for (uint32_t h = 0; h < nq; h++) {
+			double mx = -INFINITY, sum = 0.0, got_sum = 0.0;
 
-			for (uint32_t t = 0; t < nv; t++)
-				o += w[t] * v[t][i];
-			if (fabs(out[i] - o) > TOL_ATT_OUT)
-				fail_msg("%s hd %u n_visible %u: out[%u] = %.9g, want %.9g", kv_fmt_name(fmt), hd, nv, i,
-					 (double)out[i], o);
+			for (uint32_t t = 0; t < T; t++) {
+				double sc = 0.0;
+
+				if (spos[t] > qpos) {
+					w[h][t] = -INFINITY;
+					continue;
+				}
+				for (uint32_t i = 0; i < hd; i++)
+					sc += (double)q[h * hd + i] * Kd[(size_t)t * hd + i];
+				w[h][t] = sc * a.scale;
+				mx = fmax(mx, w[h][t]);
+			}
+			for (uint32_t t = 0; t < T; t++)
+				sum += (w[h][t] = spos[t] > qpos ? 0.0 : exp(w[h][t] - mx));
+			for (uint32_t t = 0; t < T; t++) {
+				if (sum > 0)
+					w[h][t] /= sum;
+				if (w[h][t] > 0)
+					ent_want -= w[h][t] * log(w[h][t]);
+				got_sum += w[h][t];
+			}
+			if (n_vis)
+				assert_true(fabs(got_sum - 1.0) < 1e-12);
+			for (uint32_t i = 0; i < hd; i++) {
+				double o = 0.0;
+
+				for (uint32_t t = 0; t < T; t++)
+					o += w[h][t] * Vd[(size_t)t * hd + i];
+				if (!(fabs(out[h * hd + i] - o) <= TOL_ATT_OUT * M * M))
+					fail_msg("d %u nq %u qpos %d head %u: out[%u] = %.9g, want %.9g", hd, nq, qpos, h,
+						 i, (double)out[h * hd + i], o);
+			}
 		}
-		if (nv == 1) {
-			/* one slot: weight exactly 1, out is v_0 */
-			assert_true(att[0] == 1.0f);
-			assert_memory_equal(out, v[0], hd * sizeof(float));
+		/* att: the weight each slot got, summed over heads; 0 when masked */
+		{
+			double got_sum = 0.0;
+
+			for (uint32_t t = 0; t < T; t++) {
+				double want = 0.0;
+
+				for (uint32_t h = 0; h < nq; h++)
+					want += w[h][t];
+				if (spos[t] > qpos)
+					assert_true(att[t] == 0.0f);
+				if (!(fabs(att[t] - want) <= nq * TOL_ATT_W * M))
+					fail_msg("d %u nq %u qpos %d: att[%u] (pos %d) = %.9g, want %.9g", hd, nq, qpos, t,
+						 spos[t], (double)att[t], want);
+				got_sum += att[t];
+			}
+			if (fabs(got_sum - (n_vis ? nq : 0)) > nq * TOL_ATT_SUM)
+				fail_msg("d %u nq %u qpos %d: weights sum to %.9g", hd, nq, qpos, got_sum);
+			for (uint32_t t = T; t < T + 4; t++)
+				assert_true(att[t] == -7.0f); /* past the stream's slots: untouched */
+		}
+		if (!(fabs(ent - ent_want) <= nq * TOL_ATT_ENT * M))
+			fail_msg("d %u nq %u qpos %d: entropy %.9g, want %.9g", hd, nq, qpos, ent, ent_want);
+		if (n_vis == 0) {
+			/* nothing visible: zeros, not NaN */
+			for (uint32_t i = 0; i < nq * hd; i++)
+				assert_true(out[i] == 0.0f);
+		} else {
+			assert_true(st->pages_read > read0);
+		}
+		assert_true(st->pages_read - read0 <= st->n_pages);
+		if (n_vis == 1 && n_spec == 1 && spec[0].fmt == KV_FMT_F32) {
+			/* one slot: weight exactly 1 per head, out is its value */
+			for (uint32_t t = 0; t < T; t++)
+				if (spos[t] <= qpos) {
+					assert_true(att[t] == (float)nq);
+					for (uint32_t h = 0; h < nq; h++)
+						assert_memory_equal(out + h * hd, Vd + (size_t)t * hd, hd * sizeof(float));
+				}
+		}
+		/* with a skip margin and no page skipped, nothing changes, bit for bit */
+		{
+			float out2[AT_MAX_Q * 64];
+			static float att2[AT_MAX_T];
+			double ent2 = 0.0;
+
+			a.skip = 16.0f;
+			a.out = out2;
+			a.att = att2;
+			a.entropy = &ent2;
+			kv_attn(st, hd, &a);
+			if (st->pages_skipped == skipped0) {
+				assert_memory_equal(out2, out, nq * hd * sizeof(float));
+				assert_memory_equal(att2, att, T * sizeof(float));
+				assert_true(ent2 == ent);
+			}
 		}
 	}
 	kv_seq_free(s);
@@ -874,42 +1855,87 @@ static void check_attn(uint32_t fmt, uint32_t hd, uint64_t seed)
 
 static void test_attn_f32(void **state)
 {
+	static const struct page_spec one[] = { { KV_FMT_F32, 16, 11, 0 } };
+	static const struct page_spec several[] = {
+		{ KV_FMT_F32, 4, 4, 0 }, { KV_FMT_F32, 4, 4, 0 }, { KV_FMT_F32, 4, 3, 0 } };
+
 	(void)state;
-	check_attn(KV_FMT_F32, 16, 21);
-	check_attn(KV_FMT_F32, 64, 22);
+	for (uint32_t nq = 1; nq <= 4; nq *= 2) {
+		check_attn(one, 1, 16, nq, 21);
+		check_attn(several, 3, 16, nq, 22);
+		check_attn(several, 3, 64, nq, 23);
+	}
 }
 
 static void test_attn_f16(void **state)
 {
+	static const struct page_spec several[] = {
+		{ KV_FMT_F16, 4, 4, 0 }, { KV_FMT_F16, 4, 2, 0 }, { KV_FMT_F16, 4, 4, 0 }, { KV_FMT_F16, 16, 1, 0 } };
+
 	(void)state;
-	check_attn(KV_FMT_F16, 16, 23);
-	check_attn(KV_FMT_F16, 64, 24);
+	for (uint32_t nq = 1; nq <= 4; nq *= 2) {
+		check_attn(several, 4, 16, nq, 24);
+		check_attn(several, 4, 64, nq, 25);
+	}
 }
 
-/* Large scores (q·k in the thousands) do not overflow: the max is subtracted. */
+/* Pages of every format in one stream, in any order, some rotated. */
+static void test_attn_mixed(void **state)
+{
+	static const struct page_spec mixed[] = {
+		{ KV_FMT_Q4, 16, 6, 0 }, { KV_FMT_F16, 4, 3, 0 }, { KV_FMT_Q8, 8, 8, 0 }, { KV_FMT_Q2, 8, 5, 0 },
+		{ KV_FMT_Q4, 8, 4, 1 },  { KV_FMT_F32, 4, 4, 0 }, { KV_FMT_Q8, 4, 3, 1 }, { KV_FMT_Q2, 4, 4, 1 },
+	};
+	static const struct page_spec rotated[] = {
+		{ KV_FMT_F16, 4, 4, 1 }, { KV_FMT_Q8, 16, 7, 1 }, { KV_FMT_Q4, 16, 9, 1 }, { KV_FMT_F32, 4, 2, 1 } };
+
+	(void)state;
+	for (uint32_t nq = 1; nq <= 4; nq++) {
+		check_attn(mixed, sizeof mixed / sizeof mixed[0], 8, nq, 31 + nq);
+		check_attn(mixed, sizeof mixed / sizeof mixed[0], 64, nq, 35 + nq);
+		check_attn(rotated, sizeof rotated / sizeof rotated[0], 16, nq, 39 + nq);
+	}
+}
+
+/* Large scores (q·k in the thousands) do not overflow: the max is subtracted,
+ * per head. */
 static void test_attn_large_scores(void **state)
 {
 	struct kv_pool *pool = make_pool(0, 2, KV_FMT_F32, NULL);
 	struct kv_seq *s = make_seq(pool, 1, 1, 4, NULL);
 	float k0[4] = { 1000, 0, 0, 0 }, k1[4] = { 999, 0, 0, 0 }, k2[4] = { -1000, 0, 0, 0 };
 	float v0[4] = { 1, 0, 0, 0 }, v1[4] = { 0, 1, 0, 0 }, v2[4] = { 0, 0, 1, 0 };
-	float q[4] = { 1, 0, 0, 0 }, att[3], out[4];
+	float q[8] = { 1, 0, 0, 0, -1, 0, 0, 0 }, att[3], out[8], logit[6], qrot[8], orot[8];
 	double e = exp(-1.0);
+	struct kv_attn_args a = {
+		.q = q, .nq = 2, .qpos = 2, .scale = 1.0f, .logit = logit, .qrot = qrot, .orot = orot, .att = att,
+		.out = out,
+	};
 
 	(void)state;
 	assert_int_equal(kv_seq_reserve(s, 3, NULL), TKV_OK);
 	kv_seq_append(s, 0, 0, 0, k0, v0);
 	kv_seq_append(s, 0, 0, 1, k1, v1);
 	kv_seq_append(s, 0, 0, 2, k2, v2);
-	kv_attn(kv_seq_stream(s, 0, 0), 4, q, 3, 1.0f, att, out);
+	kv_attn(kv_seq_stream(s, 0, 0), 4, &a);
 	for (int i = 0; i < 3; i++)
 		assert_true(isfinite(att[i]));
+	/* head 0 favours k0 and k1, head 1 (q = -e0) k2 alone */
 	assert_float_equal(att[0], 1.0 / (1.0 + e), TOL_ATT_W);
 	assert_float_equal(att[1], e / (1.0 + e), TOL_ATT_W);
-	assert_true(att[2] == 0.0f);
+	assert_float_equal(att[2], 1.0, TOL_ATT_W);
 	assert_float_equal(out[0], 1.0 / (1.0 + e), TOL_ATT_OUT);
 	assert_float_equal(out[1], e / (1.0 + e), TOL_ATT_OUT);
 	assert_true(out[2] == 0.0f && out[3] == 0.0f);
+	assert_true(out[4] == 0.0f && out[5] == 0.0f && out[6] == 1.0f && out[7] == 0.0f);
+	/* masking the last position: head 1 now sees only k0 and k1 */
+	a.qpos = 1;
+	kv_attn(kv_seq_stream(s, 0, 0), 4, &a);
+	assert_true(att[2] == 0.0f);
+	assert_float_equal(att[0], 1.0 / (1.0 + e) + e / (1.0 + e), TOL_ATT_W);
+	assert_float_equal(att[1], e / (1.0 + e) + 1.0 / (1.0 + e), TOL_ATT_W);
+	assert_float_equal(out[4], e / (1.0 + e), TOL_ATT_OUT);
+	assert_float_equal(out[5], 1.0 / (1.0 + e), TOL_ATT_OUT);
 	kv_seq_free(s);
 	kv_pool_free(pool);
 }
@@ -917,10 +1943,11 @@ static void test_attn_large_scores(void **state)
 /* ---- allocation faults ------------------------------------------------------------ */
 
 /* One scenario (pool, sequence, reserves that grow the page arrays and take
- * several pages each) with the Nth allocation failing, for every N until the
- * scenario runs clean. Every failure is TKV_ERR_NOMEM with nothing changed, and
- * freeing everything leaves the allocator at 0. With fail_count 1 the failed
- * step is retried and must then succeed. */
+ * several pages each, low-format pages added to streams) with the Nth
+ * allocation failing, for every N until the scenario runs clean. Every failure
+ * is TKV_ERR_NOMEM with nothing changed, and freeing everything leaves the
+ * allocator at 0. With fail_count 1 the failed step is retried and must then
+ * succeed. */
 static void run_fault_sweep(unsigned long long fail_count, size_t budget_pages)
 {
 	const uint32_t P = 4, HD = 16, L = 2, H = 3;
@@ -954,6 +1981,7 @@ static void run_fault_sweep(unsigned long long fail_count, size_t budget_pages)
 		rc = kv_seq_init(&s, pool, L, H, HD, &a, &err);
 		if (rc != TKV_OK) {
 			assert_int_equal(rc, TKV_ERR_NOMEM);
+			assert_int_equal(err.status, TKV_ERR_NOMEM);
 			assert_null(s);
 			failed = 1;
 			if (fail_count == 0)
@@ -962,7 +1990,7 @@ static void run_fault_sweep(unsigned long long fail_count, size_t budget_pages)
 		}
 		for (size_t r = 0; r < sizeof reserves / sizeof reserves[0]; r++) {
 			struct kv_pool_stats before, after;
-			struct seq_shape shape;
+			static struct seq_shape shape;
 
 			kv_pool_stats(pool, &before);
 			shape_of(s, &shape);
@@ -985,6 +2013,39 @@ static void run_fault_sweep(unsigned long long fail_count, size_t budget_pages)
 			/* fill half of what was reserved */
 			for (uint32_t t = 0; t < reserves[r] / 2 + 1; t++)
 				append_token(s, 5, (int32_t)n_tokens++);
+			/* a q4 page for every stream, as a policy adds them: the page
+			 * itself and the stream's page array can each fail */
+			for (size_t i = 0; i < (size_t)L * H; i++) {
+				struct kv_stream *st = &s->streams[i];
+				int why = 0;
+				struct kv_page *pg;
+
+				kv_pool_stats(pool, &before);
+				shape_of(s, &shape);
+				pg = kv_pool_get(pool, HD, KV_FMT_Q4, 64, &why);
+				if (!pg) {
+					assert_int_equal(why, TKV_ERR_NOMEM);
+					kv_pool_stats(pool, &after);
+					assert_state_same(&before, &after);
+					failed = 1;
+					if (fail_count == 0)
+						goto out;
+					pg = kv_pool_get(pool, HD, KV_FMT_Q4, 64, &why);
+					assert_non_null(pg);
+				}
+				if (kv_stream_add_page(s, st, pg) != TKV_OK) {
+					/* not taken: the stream is as it was */
+					assert_shape_same(s, &shape);
+					failed = 1;
+					if (fail_count == 0) {
+						kv_pool_put(pool, pg);
+						goto out;
+					}
+					assert_int_equal(kv_stream_add_page(s, st, pg), TKV_OK);
+				}
+				kv_stream_set_used(s, st, pg, 0);
+			}
+			check_acct1(pool, s);
 		}
 		check_contents(s, 5, n_tokens);
 		if (!failed) {
@@ -998,7 +2059,7 @@ out:
 		assert_int_equal(atomic_load(&a.live), 0);
 	}
 	/* the scenario makes dozens of allocations: each was made to fail once */
-	assert_true(n_failures > 20);
+	assert_true(n_failures > 40);
 }
 
 static void test_fault_sweep(void **state)
@@ -1023,20 +2084,26 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_params),
-		cmocka_unit_test(test_fmt_and_page_bytes),
+		cmocka_unit_test(test_page_bytes),
 		cmocka_unit_test(test_page_layout),
 		cmocka_unit_test(test_page_store_rounding),
 		cmocka_unit_test(test_pool_get_put_budget),
+		cmocka_unit_test(test_pool_used_rounding),
 		cmocka_unit_test(test_pages_on_demand),
+		cmocka_unit_test(test_centroid),
 		cmocka_unit_test(test_free_returns_everything),
 		cmocka_unit_test(test_reserve_all_or_nothing),
 		cmocka_unit_test(test_reserve_nomem_midway),
+		cmocka_unit_test(test_stream_bookkeeping),
+		cmocka_unit_test(test_stream_compact),
+		cmocka_unit_test(test_stream_compact_nomem),
 		cmocka_unit_test(test_random_accounting_f16),
 		cmocka_unit_test(test_random_accounting_f32),
 		cmocka_unit_test(test_random_accounting_tight),
 		cmocka_unit_test(test_random_accounting_unlimited),
 		cmocka_unit_test(test_attn_f32),
 		cmocka_unit_test(test_attn_f16),
+		cmocka_unit_test(test_attn_mixed),
 		cmocka_unit_test(test_attn_large_scores),
 		cmocka_unit_test(test_fault_sweep),
 		cmocka_unit_test(test_fault_sweep_budget),
