@@ -239,6 +239,19 @@ static uint32_t fmt_cap(const struct kv_cfg *c, uint32_t fmt)
 	return fmt == c->hot_fmt ? c->page_tokens : c->low_cap;
 }
 
+uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
+{
+	double w;
+	uint32_t least = c->n_window < 4 ? c->n_window : 4;
+
+	if (budget == 0)
+		return c->n_window;
+	w = KV_WINDOW_SHARE * (double)budget / slot_cost(c->hot_fmt, c->page_tokens, head_dim) - (double)c->n_sink;
+	if (w >= (double)c->n_window)
+		return c->n_window;
+	return w < (double)least ? least : (uint32_t)w;
+}
+
 void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
 {
 	size_t n = (size_t)s->n_layer * s->n_kv_head;
@@ -247,7 +260,12 @@ void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t byt
 
 	/* a tight budget shrinks the protected window (maintain_round), so no
 	 * stream needs more than its share of the protected part */
-	floor_b = fmin(floor_b, KV_WINDOW_SHARE * (double)bytes / (double)n);
+	{
+		double least = (c->n_sink + (c->n_window < 4 ? c->n_window : 4)) *
+			       slot_cost(c->hot_fmt, c->page_tokens, s->head_dim);
+
+		floor_b = fmin(floor_b, fmax(least, KV_WINDOW_SHARE * (double)bytes / (double)n));
+	}
 
 	if (bytes == 0 || !c->adaptive) {
 		for (size_t i = 0; i < n; i++)
@@ -621,13 +639,8 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 	for (uint32_t t = 0; t < c->n_tiers; t++)
 		cost[t] = slot_cost(c->tier_fmt[t], fmt_cap(c, c->tier_fmt[t]), d);
 
-	/* a tight budget shrinks the recent window to a share of it (at least 4) */
-	if (isfinite(target)) {
-		double w = KV_WINDOW_SHARE * target / slot_cost(c->hot_fmt, c->page_tokens, d) - (double)c->n_sink;
-
-		if (w < (double)n_window)
-			n_window = w < 4.0 ? 4 : (uint32_t)w;
-	}
+	if (isfinite(target))
+		n_window = kv_policy_window(c, st->budget, d);
 	/* candidates: every slot outside the sinks and the recent window */
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];

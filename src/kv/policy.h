@@ -7,7 +7,10 @@
  *    and, for the semantic ones, its key's similarity to the stream's centroid;
  *  - a list of tiers with their shares of the kept slots (tiered: 30% hot f16,
  *    40% warm q8, 30% cold q4) - single-tier policies keep everything hot;
- *  - protected slots: the first n_sink positions and the last n_window.
+ *  - protected slots: the first n_sink positions and the last n_window — or,
+ *    when the stream's budget is so tight that sinks and window would take
+ *    more than a quarter of it, a window shrunk to fit that quarter (never
+ *    below 4 positions): a hard budget beats a long window.
  * Maintenance runs when a stream holds more K+V bytes than its budget: it ranks
  * the unprotected slots, keeps as many as the budget pays for at their tiers'
  * costs, moves slots whose tier changed (never up: a quantized slot is not
@@ -65,6 +68,10 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 /* Updates the scores of a stream's slots from one query's attention (att: per
  * slot in page order, summed over the group's heads). */
 void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float *att);
+
+/* Recent positions a stream with this budget protects (kv_cfg n_window, or
+ * fewer under a tight budget; see the head comment). */
+uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim);
 
 /* Splits a sequence's K+V budget over its streams: evenly, or (adaptive) in
  * proportion to each stream's effective attention span exp(mean entropy),
