@@ -239,6 +239,13 @@ static uint32_t fmt_cap(const struct kv_cfg *c, uint32_t fmt)
 	return fmt == c->hot_fmt ? c->page_tokens : c->low_cap;
 }
 
+/* How far below its budget maintenance brings a stream, so the next tokens
+ * fit without another round: a page of hot slots, at most a quarter. */
+static double maint_slack(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
+{
+	return fmin((double)kv_page_kv_bytes(c->page_tokens, head_dim, c->hot_fmt), budget / 4.0);
+}
+
 uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
 {
 	double w;
@@ -246,7 +253,9 @@ uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_d
 
 	if (budget == 0)
 		return c->n_window;
-	w = KV_WINDOW_SHARE * (double)budget / slot_cost(c->hot_fmt, c->page_tokens, head_dim) - (double)c->n_sink;
+	/* of what maintenance aims for: a page (at most a quarter) below the budget */
+	w = KV_WINDOW_SHARE * ((double)budget - maint_slack(c, budget, head_dim)) /
+	    slot_cost(c->hot_fmt, c->page_tokens, head_dim) - (double)c->n_sink;
 	if (w >= (double)c->n_window)
 		return c->n_window;
 	return w < (double)least ? least : (uint32_t)w;
@@ -840,9 +849,7 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 		}
 	}
 	/* aim a page below the budget so the next tokens fit without another round */
-	slack = (double)kv_page_kv_bytes(c->page_tokens, s->head_dim, c->hot_fmt);
-	if (slack > st->budget / 4.0)
-		slack = st->budget / 4.0;
+	slack = maint_slack(c, st->budget, s->head_dim);
 	target = (double)st->budget - slack;
 	/* pages hold whole slots and every tier in use holds a page of its own:
 	 * while over, tighten by the overshoot, at least the dearest page, until
