@@ -128,14 +128,15 @@ static struct ops_act_kernels ops_act = {
 static const char *ops_arch = "ref";
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
-/* TIERKV_KERNELS=ref keeps the scalar references (to compare or debug). */
+/* TIERKV_KERNELS=ref keeps the scalar references, =avx2 the AVX2 level (to
+ * compare or debug). */
 static void ops_select(void)
 {
 	const char *env = getenv("TIERKV_KERNELS");
 
 	if (env && !strcmp(env, "ref"))
 		return;
-	ops_arch = ops_arch_select(ops_types, &ops_act);
+	ops_arch = ops_arch_select(ops_types, &ops_act, env);
 }
 
 const struct ops_type_kernels *ops_kernels(uint32_t type)

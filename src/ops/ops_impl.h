@@ -254,8 +254,10 @@ static inline void ops_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t
 
 /* Replaces entries of the reference tables with faster versions this CPU can
  * run (arch/x86/cpu.c checks the CPU features; arch/generic/cpu.c does nothing).
- * Called once, before any kernel runs. Returns a short name of what was
- * selected ("avx2", or "ref" when nothing was). */
-const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act);
+ * Called once, before any kernel runs. limit (may be NULL) names the highest
+ * level wanted ("avx2" keeps the AVX2 kernels where VNNI ones exist). Returns
+ * a short name of what was selected ("avx2", "avx2+vnni", or "ref"). */
+const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act,
+			    const char *limit);
 
 #endif

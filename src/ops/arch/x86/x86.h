@@ -1,6 +1,7 @@
 /* x86.h - the x86 kernel files' declarations for cpu.c, which picks them by
- * CPU feature. Functions in *_avx2.c are compiled with -mavx2 -mfma -mf16c and
- * must only be called after cpu.c has checked those features. */
+ * CPU feature. Functions in *_avx2.c are compiled with -mavx2 -mfma -mf16c,
+ * those in *_vnni.c also with -mavx512f -mavx512vl -mavx512vnni; they must
+ * only be called after cpu.c has checked those features. */
 #ifndef TKV_OPS_ARCH_X86_H
 #define TKV_OPS_ARCH_X86_H
 
@@ -36,5 +37,10 @@ void panel_s8_avx2(int64_t n, const void *panel, const void *a, size_t as, int n
 void gemv_q4_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel);
+
+void panel_u_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void panel_s8_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q4_0_x8_vnni(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q8_0_x8_vnni(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 
 #endif
