@@ -15,6 +15,7 @@
 
 #include "kv/attn_impl.h"
 #include "kv/seq.h"
+#include "kv/tier_impl.h"
 
 /* ---- kernel selection ------------------------------------------------------ */
 
@@ -24,11 +25,7 @@ static atomic_int force_ref;
 
 static void detect(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_cpu_init();
-	have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		    __builtin_cpu_supports("f16c");
-#endif
+	have_avx2 = kv_arch_has_avx2();
 }
 
 int kv_attn_force_ref(int on)

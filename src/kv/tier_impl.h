@@ -42,6 +42,9 @@ void kv_tier_asym_load_v_ref(uint32_t bits, const uint8_t *codes, const uint16_t
 /* Puts the kernels this CPU runs faster into k (left as the references
  * otherwise); returns the name of the set ("ref", "avx2"). */
 const char *kv_tier_arch_select(struct kv_tier_kernels *k);
+/* Whether this CPU (and OS) runs the AVX2/FMA/F16C kernels of src/kv/arch/x86
+ * (attention as well as the row kernels); 0 on other architectures. */
+int kv_arch_has_avx2(void);
 
 /* The references, and the kernels in use (chosen once, at first use; the
  * environment TIERKV_KERNELS=ref keeps the references). */

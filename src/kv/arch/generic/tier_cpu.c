@@ -7,3 +7,8 @@ const char *kv_tier_arch_select(struct kv_tier_kernels *k)
 	(void)k;
 	return "ref";
 }
+
+int kv_arch_has_avx2(void)
+{
+	return 0;
+}
