@@ -1,0 +1,320 @@
+/* fuzz_http.c - libFuzzer target for the server's request path: an HTTP body
+ * (any bytes) -> JSON -> validated request parameters, through srv_api_parse,
+ * the function http.c calls for POST /v1/completions and
+ * /v1/chat/completions.
+ *
+ * Each input is one request body. It is parsed as a completion with the
+ * stories260K tokenizer (SPM, no chat template: $TIERKV_MODELS or the bundled
+ * models/) and as a chat request under every built-in template family, with a
+ * small and a normal context and --max-tokens limit; when the Qwen2 vocab is
+ * found ($TIERKV_VOCAB or ../shared/vocab) it is parsed once more each way
+ * with that BPE tokenizer and the chat template detected from its GGUF
+ * metadata, as `tierkv serve` would pick it. These must hold:
+ *  - an accepted request has 1 <= prompt tokens < context, ids in the vocab,
+ *    1 <= max_tokens <= the limit and prompt + max_tokens <= context, every
+ *    sampling field in its documented range, at most 4 stop strings of 1 to
+ *    256 bytes, a header-safe list of ignored fields; its prompt, decoded as
+ *    the server streams text, goes into response and chunk JSON that parse
+ *    back to the same text;
+ *  - a rejected one is a 400 (nothing runs out of memory here) with a type, a
+ *    code, and a message and param of printable ASCII without file paths or
+ *    pointers; its error JSON parses back to the same message;
+ *  - nothing leaks (LeakSanitizer), srv_gen_free leaves nothing behind. */
+#include <ctype.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "server/srv_impl.h"
+
+#define CHECK(c)                                                            \
+	do {                                                                \
+		if (!(c)) {                                                 \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
+				__LINE__, #c);                              \
+			abort();                                            \
+		}                                                           \
+	} while (0)
+
+#ifndef TKV_BUNDLED_MODEL
+#define TKV_BUNDLED_MODEL "models/stories260K.gguf"
+#endif
+
+/* One server configuration: tokenizer, chat template and limits. */
+struct fz_ctx {
+	struct srv_api_ctx api;
+	const char *what;
+};
+
+#define MAX_CTX 16
+static struct fz_ctx ctxs[MAX_CTX];
+static size_t n_ctxs;
+static struct tok *tok_stories, *tok_qwen;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct tok *load_tok(const char *path, struct srv_chat_tmpl *chat, bool need)
+{
+	struct gguf_file *g = NULL;
+	struct tkv_error err = { 0 };
+	struct tok *t = NULL;
+
+	if (gguf_open(&g, path, NULL, &err) || tok_init(&t, g, NULL, &err)) {
+		fprintf(stderr, "fuzz_http: %s: %s%s\n", path, err.msg,
+			need ? " (set TIERKV_MODELS)" : "; skipped (set TIERKV_VOCAB)");
+		if (need)
+			abort();
+		gguf_close(g);
+		return NULL;
+	}
+	if (chat) {
+		/* as server.c's pick_template: the family the metadata names */
+		const struct gguf_kv *kv = gguf_find(g, "tokenizer.chat_template");
+		int f = kv && kv->type == GGUF_TYPE_STRING ? srv_chat_detect(kv->v.str.ptr, kv->v.str.len) : -1;
+
+		memset(chat, 0, sizeof *chat);
+		chat->sys_tags = true;
+		chat->fmt = f >= 0 ? (enum srv_chat_fmt)f : SRV_CHAT_PLAIN;
+		if (f == SRV_CHAT_LLAMA2)
+			chat->sys_tags = srv_chat_detect_sys(kv->v.str.ptr, kv->v.str.len);
+	}
+	gguf_close(g); /* the tokenizer keeps no pointer into the file */
+	return t;
+}
+
+static void add_ctx(struct tok *t, const struct srv_chat_tmpl *chat, uint32_t n_ctx, uint32_t max_tokens,
+		    const char *what)
+{
+	struct fz_ctx *c = &ctxs[n_ctxs++];
+
+	CHECK(n_ctxs <= MAX_CTX);
+	c->api.tok = t;
+	c->api.chat = *chat;
+	c->api.n_ctx = n_ctx;
+	c->api.n_vocab = (uint32_t)tok_n_vocab(t);
+	c->api.max_tokens = max_tokens;
+	c->api.seed_base = 12345;
+	c->what = what;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	static const char *const families[] = {
+		"plain", "chatml", "llama-2", "mistral", "llama-3", "zephyr", "phi-3", "gemma",
+	};
+	const char *models = getenv("TIERKV_MODELS"), *vocab = getenv("TIERKV_VOCAB");
+	struct srv_chat_tmpl chat;
+	char path[4096];
+	FILE *f;
+
+	(void)argc;
+	(void)argv;
+	snprintf(path, sizeof path, "%s/stories260K.gguf", models && *models ? models : "../shared/models");
+	if (!(f = fopen(path, "rb")))
+		snprintf(path, sizeof path, "%s", TKV_BUNDLED_MODEL);
+	else
+		fclose(f);
+	tok_stories = load_tok(path, NULL, true);
+	for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+		size_t n = 0;
+		const char *eos = tok_piece(tok_stories, tok_eos(tok_stories), &n);
+
+		memset(&chat, 0, sizeof chat);
+		CHECK(srv_chat_parse(families[i], &chat) == 0);
+		if (eos && n < sizeof chat.eos)
+			memcpy(chat.eos, eos, n);
+		/* odd families get a tiny context and limit: context_length_exceeded
+		 * and the max_tokens clamp are reached by short bodies */
+		add_ctx(tok_stories, &chat, i % 2 ? 24 : 512, i % 2 ? 8 : 4096, families[i]);
+	}
+	snprintf(path, sizeof path, "%s/ggml-vocab-qwen2.gguf", vocab && *vocab ? vocab : "../shared/vocab");
+	if ((tok_qwen = load_tok(path, &chat, false)))
+		add_ctx(tok_qwen, &chat, 32768, 4096, "qwen2 (GGUF template)");
+	return 0;
+}
+
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if (!isprint((unsigned char)*s))
+			return false;
+	return true;
+}
+
+/* First occurrence of n bytes of needle in hay (hn bytes), or NULL. */
+static const char *find(const char *hay, size_t hn, const char *needle, size_t n)
+{
+	if (n == 0)
+		return hay;
+	for (size_t i = 0; n <= hn && i <= hn - n; i++)
+		if (hay[i] == needle[0] && !memcmp(hay + i, needle, n))
+			return hay + i;
+	return NULL;
+}
+
+/* No file path or pointer in a client-visible message, unless the client sent
+ * those very bytes (JSON errors quote the token near the error). Pointers:
+ * 0x and at least 6 hex digits; paths: the fixtures' directories, /work,
+ * /home, /tmp, .gguf. */
+static bool no_leak(const char *msg, const char *body, size_t len)
+{
+	static const char *const paths[] = { "/work", "/home", "/tmp", "/shared", ".gguf", "models/" };
+	size_t n = strlen(msg);
+
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		const char *at = find(msg, n, paths[i], strlen(paths[i]));
+
+		if (at && !find(body, len, paths[i], strlen(paths[i])))
+			return false;
+	}
+	for (size_t i = 0; i + 2 < n; i++) {
+		size_t k = 0;
+
+		if (msg[i] != '0' || msg[i + 1] != 'x')
+			continue;
+		while (i + 2 + k < n && isxdigit((unsigned char)msg[i + 2 + k]))
+			k++;
+		if (k >= 6 && !find(body, len, msg + i, k + 2))
+			return false;
+	}
+	return true;
+}
+
+static void check_error(const struct srv_err *e, const char *body, size_t len)
+{
+	json_t *j, *err;
+	char *s;
+
+	CHECK(e->http == 400);
+	CHECK(e->type && !strcmp(e->type, "invalid_request_error"));
+	CHECK(e->code && *e->code);
+	CHECK(e->msg[0] && printable(e->msg) && no_leak(e->msg, body, len));
+	CHECK(printable(e->param));
+	s = srv_api_error_json(e);
+	CHECK(s);
+	j = json_loads(s, JSON_REJECT_DUPLICATES, NULL);
+	CHECK(j);
+	err = json_object_get(j, "error");
+	CHECK(json_is_object(err));
+	CHECK(!strcmp(json_string_value(json_object_get(err, "message")), e->msg));
+	CHECK(e->param[0] ? !strcmp(json_string_value(json_object_get(err, "param")), e->param)
+			  : json_is_null(json_object_get(err, "param")));
+	json_decref(j);
+	free(s);
+}
+
+/* The prompt's ids through the stream decoder (what the server publishes). */
+static char *stream_text(const struct tok *t, const int32_t *ids, size_t n, size_t *len)
+{
+	size_t cap = tok_stream_min_cap(t), room = (n + 1) * cap + 1, used = 0;
+	struct tok_stream st = { { 0 }, 0 };
+	char *out = malloc(room);
+	int m;
+
+	CHECK(out);
+	for (size_t i = 0; i < n; i++) {
+		m = tok_stream_push(t, &st, ids[i], out + used, cap);
+		CHECK(m >= 0);
+		used += (size_t)m;
+	}
+	m = tok_stream_flush(&st, out + used, cap);
+	CHECK(m >= 0);
+	used += (size_t)m;
+	out[used] = 0;
+	*len = used;
+	return out;
+}
+
+/* Response and chunk JSON hold the text exactly. */
+static void check_responses(enum srv_kind kind, const char *text, size_t len, const struct srv_gen *g)
+{
+	struct srv_usage u = { (uint32_t)g->n_prompt, g->max_tokens };
+	json_t *j, *choice, *v;
+	char *s;
+
+	s = srv_api_response_json(kind, "cmpl-fuzz", 1, "stories260K", text, len, "length", &u);
+	CHECK(s);
+	j = json_loads(s, 0, NULL);
+	CHECK(j);
+	choice = json_array_get(json_object_get(j, "choices"), 0);
+	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, "message"), "content")
+			     : json_object_get(choice, "text");
+	CHECK(json_is_string(v) && json_string_length(v) == len && !memcmp(json_string_value(v), text, len));
+	json_decref(j);
+	free(s);
+
+	s = srv_api_chunk_json(kind, "cmpl-fuzz", 1, "stories260K", false, text, len, NULL);
+	CHECK(s);
+	j = json_loads(s, 0, NULL);
+	CHECK(j);
+	choice = json_array_get(json_object_get(j, "choices"), 0);
+	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, "delta"), "content")
+			     : json_object_get(choice, "text");
+	CHECK(json_is_string(v) && json_string_length(v) == len && !memcmp(json_string_value(v), text, len));
+	json_decref(j);
+	free(s);
+}
+
+static void check_gen(const struct fz_ctx *c, enum srv_kind kind, const struct srv_gen *g)
+{
+	char *text;
+	size_t len;
+
+	CHECK(g->kind == kind);
+	CHECK(g->ids && g->n_prompt >= 1 && g->n_prompt < c->api.n_ctx);
+	for (size_t i = 0; i < g->n_prompt; i++)
+		CHECK(g->ids[i] >= 0 && (uint32_t)g->ids[i] < c->api.n_vocab);
+	CHECK(g->max_tokens >= 1 && g->max_tokens <= c->api.max_tokens);
+	CHECK(g->n_prompt + g->max_tokens <= c->api.n_ctx);
+	CHECK(g->sp.temp >= 0 && g->sp.temp <= 2);
+	CHECK(g->sp.top_p > 0 && g->sp.top_p <= 1);
+	CHECK(g->sp.min_p >= 0 && g->sp.min_p <= 1);
+	CHECK(g->sp.top_k >= 0);
+	CHECK(g->sp.repeat_penalty >= 1e-3f && g->sp.repeat_penalty <= 100);
+	CHECK(g->sp.repeat_last_n >= 0);
+	CHECK(g->freq_penalty >= -2 && g->freq_penalty <= 2);
+	CHECK(g->presence_penalty >= -2 && g->presence_penalty <= 2);
+	CHECK(g->n_stop >= 0 && g->n_stop <= SRV_MAX_STOP);
+	for (int i = 0; i < g->n_stop; i++)
+		CHECK(g->stop[i] && g->stop_len[i] >= 1 && g->stop_len[i] <= SRV_MAX_STOP_LEN &&
+		      g->stop[i][g->stop_len[i]] == 0);
+	CHECK(memchr(g->ignored, 0, sizeof g->ignored));
+	for (const char *p = g->ignored; *p; p++)
+		CHECK(isalnum((unsigned char)*p) || *p == '_' || *p == '?' || *p == ',');
+
+	text = stream_text(c->api.tok, g->ids, g->n_prompt, &len);
+	check_responses(kind, text, len, g);
+	free(text);
+}
+
+static void run(const struct fz_ctx *c, enum srv_kind kind, const char *body, size_t len)
+{
+	struct srv_gen g;
+	struct srv_err e;
+
+	memset(&e, 0, sizeof e);
+	if (srv_api_parse(&c->api, kind, body, len, &g, &e) == 0)
+		check_gen(c, kind, &g);
+	else
+		check_error(&e, body, len);
+	srv_gen_free(&g);
+	CHECK(!g.ids && g.n_stop == 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *body = (const char *)data;
+
+	run(&ctxs[0], SRV_COMPLETION, body, size);
+	run(&ctxs[1], SRV_COMPLETION, body, size);
+	for (size_t i = 0; i < n_ctxs; i++)
+		run(&ctxs[i], SRV_CHAT, body, size);
+	if (tok_qwen)
+		run(&ctxs[n_ctxs - 1], SRV_COMPLETION, body, size);
+	return 0;
+}
