@@ -12,6 +12,7 @@
  * request is reduced to printable ASCII. */
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +74,18 @@ static int get_int(json_t *v, const char *key, long long lo, long long hi, long 
 
 	if (json_is_null(v))
 		return 1;
-	if (json_is_real(v) && json_real_value(v) == (double)(long long)json_real_value(v))
-		x = (long long)json_real_value(v);   /* 16.0 from clients that only have doubles */
-	else if (json_is_integer(v))
+	if (json_is_real(v)) {
+		/* 16.0 from clients that only have doubles; the range is checked
+		 * before the cast, which is undefined outside long long */
+		double r = json_real_value(v);
+
+		if (r != floor(r))
+			return srv_errf(e, 400, INVALID, "invalid_type", key, "'%s' must be an integer", key);
+		if (!(r >= -0x1p63 && r < 0x1p63 && r >= (double)lo && r <= (double)hi))
+			return srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %g; it must be in [%lld, %lld]",
+					key, r, lo, hi);
+		x = (long long)r;
+	} else if (json_is_integer(v))
 		x = json_integer_value(v);
 	else
 		return srv_errf(e, 400, INVALID, "invalid_type", key, "'%s' must be an integer", key);
@@ -347,9 +357,12 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 			rc = get_int(v, key, 1, c->max_tokens, &x, e);
 			if (rc == 0)
 				max_tokens = x;
-			else if (rc < 0 && !strcmp(e->code, "invalid_value"))
+			else if (rc < 0 && !strcmp(e->code, "invalid_value") && json_is_integer(v))
 				srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %lld; this server allows 1 to %u",
 					 key, (long long)json_integer_value(v), c->max_tokens);
+			else if (rc < 0 && !strcmp(e->code, "invalid_value"))
+				srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %g; this server allows 1 to %u",
+					 key, json_real_value(v), c->max_tokens);
 		} else if (!strcmp(key, "temperature")) {
 			if (!(rc = get_num(v, key, 0, 2, &d, e)))
 				g->sp.temp = (float)d;
