@@ -53,6 +53,9 @@ double cli_now(void);
  * be NULL) is set by --kv-stats. */
 struct tkv_engine_params;
 int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled);
+/* The engine options (-c/--ctx-size, -b/--batch-size, -t/--threads) and then
+ * the KV options, the same way as cli_kv_option. */
+int cli_engine_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled);
 /* Prints the --kv-* options for a --help text. */
 void cli_kv_help(void);
 /* Prints a cache's tiers, bytes and decisions; full_kv_bytes is what a full

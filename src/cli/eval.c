@@ -162,7 +162,6 @@ static int add_file(struct cli_args *a, struct eval_opts *o, const char *path)
 static int parse(int argc, char **argv, struct eval_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	long x;
 	int rc;
 
 	memset(o, 0, sizeof *o);
@@ -193,14 +192,6 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 		} else if (!strcmp(s, "--budgets")) {
 			if (!(v = cli_value(&a, s)) || (rc = parse_budgets(&a, v, o)))
 				return CLI_USAGE;
-		} else if (!strcmp(s, "-c") || !strcmp(s, "--ctx-size")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 22, &x)))
-				return rc;
-			o->ep.n_ctx = (uint32_t)x;
-		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
-			if ((rc = cli_int(&a, s, 1, 65536, &x)))
-				return rc;
-			o->ep.n_batch = (uint32_t)x;
 		} else if (!strcmp(s, "--prefill")) {
 			if ((rc = cli_int(&a, s, 1, 1L << 22, &o->prefill)))
 				return rc;
@@ -219,16 +210,12 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 		} else if (!strcmp(s, "--plot")) {
 			if (!(o->plot = cli_value(&a, s)))
 				return CLI_USAGE;
-		} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
-			if ((rc = cli_int(&a, s, 1, 512, &x)))
-				return rc;
-			o->ep.n_threads = (int)x;
 		} else if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget")) {
 			return cli_usage_error(&a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
 		} else if (s[0] == '-' && s[1]) {
 			int handled;
 
-			if ((rc = cli_kv_option(&a, &o->ep, &o->kv_stats, &handled)))
+			if ((rc = cli_engine_option(&a, &o->ep, &o->kv_stats, &handled)))
 				return rc;
 			if (!handled)
 				return cli_usage_error(&a, "unknown option '%s'", s);

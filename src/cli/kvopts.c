@@ -32,6 +32,28 @@ void cli_kv_help(void)
 	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
 }
 
+int cli_engine_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled)
+{
+	const char *s = a->argv[a->i];
+	long x;
+	int rc;
+
+	*handled = 1;
+	if (!strcmp(s, "-c") || !strcmp(s, "--ctx-size")) {
+		if (!(rc = cli_int(a, s, 0, 1L << 22, &x)))
+			ep->n_ctx = (uint32_t)x;
+	} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
+		if (!(rc = cli_int(a, s, 1, 65536, &x)))
+			ep->n_batch = (uint32_t)x;
+	} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
+		if (!(rc = cli_int(a, s, 1, 512, &x)))
+			ep->n_threads = (int)x;
+	} else {
+		rc = cli_kv_option(a, ep, stats, handled);
+	}
+	return rc;
+}
+
 static int on_off(struct cli_args *a, const char *opt, int *out)
 {
 	const char *v = cli_value(a, opt);

@@ -80,18 +80,6 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		} else if (!strcmp(s, "-n") || !strcmp(s, "--n-predict")) {
 			if ((rc = cli_int(&a, s, -1, 1L << 30, &o->n_predict)))
 				return rc;
-		} else if (!strcmp(s, "-c") || !strcmp(s, "--ctx-size")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 22, &x)))
-				return rc;
-			o->ep.n_ctx = (uint32_t)x;
-		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
-			if ((rc = cli_int(&a, s, 1, 65536, &x)))
-				return rc;
-			o->ep.n_batch = (uint32_t)x;
-		} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
-			if ((rc = cli_int(&a, s, 1, 512, &x)))
-				return rc;
-			o->ep.n_threads = (int)x;
 		} else if (!strcmp(s, "--temp")) {
 			if ((rc = cli_float(&a, s, 0, 100, &d)))
 				return rc;
@@ -125,7 +113,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 		} else {
 			int handled;
 
-			if ((rc = cli_kv_option(&a, &o->ep, &o->kv_stats, &handled)))
+			if ((rc = cli_engine_option(&a, &o->ep, &o->kv_stats, &handled)))
 				return rc;
 			if (!handled)
 				return cli_usage_error(&a, "unknown option '%s'", s);
