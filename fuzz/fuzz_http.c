@@ -239,7 +239,7 @@ static void check_responses(enum srv_kind kind, const char *text, size_t len, co
 
 	s = srv_api_response_json(kind, "cmpl-fuzz", 1, "stories260K", text, len, "length", &u);
 	CHECK(s);
-	j = json_loads(s, 0, NULL);
+	j = json_loads(s, JSON_ALLOW_NUL, NULL);
 	CHECK(j);
 	choice = json_array_get(json_object_get(j, "choices"), 0);
 	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, "message"), "content")
@@ -250,7 +250,7 @@ static void check_responses(enum srv_kind kind, const char *text, size_t len, co
 
 	s = srv_api_chunk_json(kind, "cmpl-fuzz", 1, "stories260K", false, text, len, NULL);
 	CHECK(s);
-	j = json_loads(s, 0, NULL);
+	j = json_loads(s, JSON_ALLOW_NUL, NULL);
 	CHECK(j);
 	choice = json_array_get(json_object_get(j, "choices"), 0);
 	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, "delta"), "content")
