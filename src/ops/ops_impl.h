@@ -140,7 +140,7 @@ typedef void (*ops_dot_rows_fn)(int64_t n, const void *w, size_t ws, int nr, con
  * tokens of the chunk; the kernel needs no decoding and no horizontal sums
  * (each row's sum stays in its own lane). */
 #define OPS_PANEL_ROWS 8
-#define OPS_PANEL_COLS 4   /* activation rows per panel call */
+#define OPS_PANEL_COLS 8   /* activation rows per panel / x8 call (at most) */
 #define OPS_PANEL_BLOCK (256 + 32 + 32)
 
 enum ops_panel_kind { OPS_PANEL_NONE = 0, OPS_PANEL_U4, OPS_PANEL_U5, OPS_PANEL_S8 };

@@ -792,9 +792,16 @@ static inline __attribute__((always_inline)) void panel_cols(int64_t n, const ui
 		_mm256_storeu_ps(s + (size_t)c * ss, _mm256_add_ps(acc[c], accm[c]));
 }
 
+/* AVX2 has 16 vector registers: at most 4 columns at a time. */
 #define PANEL_DISPATCH(NAME, KIND)                                                                     \
 	void NAME(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)       \
 	{                                                                                              \
+		if (nc > 4) {                                                                          \
+			panel_cols(n, panel, a, as, 4, s, ss, KIND);                                   \
+			a = (const char *)a + 4 * as;                                                  \
+			s += 4 * ss;                                                                   \
+			nc -= 4;                                                                       \
+		}                                                                                      \
 		switch (nc) {                                                                          \
 		case 4: panel_cols(n, panel, a, as, 4, s, ss, KIND); break;                            \
 		case 3: panel_cols(n, panel, a, as, 3, s, ss, KIND); break;                            \
@@ -895,6 +902,12 @@ static inline __attribute__((always_inline)) void q8_0_x8_cols(int64_t n, const 
 #define X8_DISPATCH(NAME, IMPL)                                                                         \
 	void NAME(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)       \
 	{                                                                                               \
+		if (nc > 4) {                                                                           \
+			IMPL(n, group, a, as, 4, s, ss);                                                \
+			a = (const char *)a + 4 * as;                                                   \
+			s += 4 * ss;                                                                    \
+			nc -= 4;                                                                        \
+		}                                                                                       \
 		switch (nc) {                                                                           \
 		case 4: IMPL(n, group, a, as, 4, s, ss); break;                                         \
 		case 3: IMPL(n, group, a, as, 3, s, ss); break;                                         \
