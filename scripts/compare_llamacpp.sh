@@ -61,9 +61,10 @@ python3 - "$out" $types <<'EOF'
 import json, sys, collections
 out, types = sys.argv[1], sys.argv[2:]
 
+# Per test: the mean of the runs' mean rates (what llama-bench prints), and
+# the best single repetition (the least disturbed by other processes).
 def load(path):
-    runs = collections.defaultdict(list)
-    bw = {}
+    mean, best, frac, limit, bw = (collections.defaultdict(list) for _ in range(5))
     for line in open(path):
         line = line.strip()
         if not line.startswith('{'):
@@ -72,30 +73,31 @@ def load(path):
         test = ('pp%d' % r['n_prompt']) if r['n_prompt'] else ('tg%d' % r['n_gen'])
         if r.get('n_depth'):
             test += ' @ d%d' % r['n_depth']
-        runs[test].append(r['avg_ts'])
+        mean[test].append(r['avg_ts'])
+        best[test].append(max(r['samples_ts']))
         if 'frac_of_limit' in r:
-            bw.setdefault(test, []).append((r['frac_of_limit'], r['limit_ts'], r['mem_bw_gbs']))
-    return runs, bw
+            frac[test].append(r['frac_of_limit'])
+            limit[test].append(r['limit_ts'])
+            bw[test].append(r['mem_bw_gbs'])
+    return mean, best, frac, limit, bw
 
-print('| model | test | llama.cpp t/s | tierkv t/s | tierkv / llama.cpp | tierkv of BW limit | llama.cpp of BW limit |')
-print('| --- | --- | ---: | ---: | ---: | ---: | ---: |')
-for t in types:
-    lr, _ = load('%s/llama-%s.jsonl' % (out, t))
-    tr, bw = load('%s/tierkv-%s.jsonl' % (out, t))
-    for test in tr:
-        l = sum(lr[test]) / len(lr[test]) if lr.get(test) else float('nan')
-        k = sum(tr[test]) / len(tr[test])
-        fk = fl = ''
-        if test in bw:
-            frac = sum(b[0] for b in bw[test]) / len(bw[test])
-            limit = sum(b[1] for b in bw[test]) / len(bw[test])
-            fk = '%.0f%%' % (100 * frac)
-            fl = '%.0f%%' % (100 * l / limit) if l == l else ''
-        print('| TinyLlama-1.1B %s | %s | %.2f | %.2f | %.2fx | %s | %s |' % (t.upper(), test, l, k, k / l, fk, fl))
+avg = lambda v: sum(v) / len(v)
+print('| model | test | llama.cpp t/s | tierkv t/s | tierkv / llama.cpp | best run: llama.cpp / tierkv | tierkv of BW limit | llama.cpp of BW limit |')
+print('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
 bws = []
 for t in types:
-    _, bw = load('%s/tierkv-%s.jsonl' % (out, t))
-    bws += [b[2] for v in bw.values() for b in v]
+    lm, lb, _, _, _ = load('%s/llama-%s.jsonl' % (out, t))
+    tm, tb, fr, li, bw = load('%s/tierkv-%s.jsonl' % (out, t))
+    for test in tm:
+        l = avg(lm[test]) if lm.get(test) else float('nan')
+        k = avg(tm[test])
+        fk = fl = ''
+        if fr.get(test):
+            fk = '%.0f%%' % (100 * avg(fr[test]))
+            fl = '%.0f%%' % (100 * l / avg(li[test])) if l == l else ''
+            bws += bw[test]
+        print('| TinyLlama-1.1B %s | %s | %.2f | %.2f | %.2fx | %.2f / %.2f | %s | %s |' % (
+            t.upper(), test, l, k, k / l, max(lb[test]) if lb.get(test) else float('nan'), max(tb[test]), fk, fl))
 if bws:
-    print('\nmemory bandwidth (measured by tierkv bench, best of 5 passes): %.1f-%.1f GB/s' % (min(bws), max(bws)))
+    print('\nmemory bandwidth reading the weights (tierkv bench, before each decode run): %.1f-%.1f GB/s' % (min(bws), max(bws)))
 EOF
