@@ -9,6 +9,8 @@ command -v cmake >/dev/null || need+=(cmake)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
 [ -f /usr/include/jansson.h ] || need+=(libjansson-dev)
 command -v curl >/dev/null || need+=(curl)
+# the libFuzzer targets (scripts/fuzz.sh, the fuzz smoke of scripts/test.sh):
+# clang and its fuzzer runtime
 if [ "${TKV_FUZZ_DEPS:-0}" = 1 ]; then
 	command -v clang >/dev/null || need+=(clang)
 	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
