@@ -240,7 +240,10 @@ struct tkv_batch_item {
  * pass takes up to n_batch rows from all unfinished items, so one sequence's
  * prompt and the others' next tokens share the weight reads. A sequence that
  * fails (context full, budget) gets its status and drops out; the others go on.
- * Returns TKV_OK when every item succeeded, else the first error (in err). */
+ * Out of memory for the step as a whole (its scratch, the governor) fails
+ * every item it did not finish, so an item with status TKV_OK always got all
+ * its tokens and its logits. Returns TKV_OK when every item succeeded, else
+ * the first error (in err). */
 int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n_items,
 		    struct tkv_error *err);
 

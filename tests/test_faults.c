@@ -239,21 +239,33 @@ static int sc_step(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	}
 	mark(r, a);
 	for (int k = 0; k < 12; k++) {
+		uint32_t before[3];
 		size_t n = 0;
 
 		for (int i = 0; i < 3; i++) {
 			if (i == 2 && k < 3)
 				continue;   /* joins at step 3 */
-			it[n] = (struct tkv_batch_item){ r->s[i], tkv_seq_n_past(r->s[i]) ? &next[i] : ids[i],
-							  tkv_seq_n_past(r->s[i]) ? 1 : plen[i], logits[i], 0 };
+			before[n] = tkv_seq_n_past(r->s[i]);
+			it[n] = (struct tkv_batch_item){ r->s[i], before[n] ? &next[i] : ids[i], before[n] ? 1 : plen[i],
+							  logits[i], -1 };
 			n++;
 		}
-		if ((st = tkv_engine_step(r->e, it, n, err)))
-			return st;
+		st = tkv_engine_step(r->e, it, n, err);
+		/* the contract a server relies on: an item whose status is OK got
+		 * all its tokens in (and its logits); the others say why not */
 		for (size_t j = 0; j < n; j++) {
-			assert_int_equal(it[j].status, TKV_OK);
-			next[j] = argmax(it[j].logits);
+			if (it[j].status == TKV_OK && tkv_seq_n_past(it[j].seq) != before[j] + it[j].n)
+				fail_msg("step %d: item %zu is OK but holds %u tokens, want %u + %zu (step: %s)", k, j,
+					 tkv_seq_n_past(it[j].seq), before[j], it[j].n, tkv_status_str(st));
+			if (st == TKV_OK)
+				assert_int_equal(it[j].status, TKV_OK);
+			else if (it[j].status != TKV_OK)
+				assert_int_equal(it[j].status, TKV_ERR_NOMEM);
 		}
+		if (st)
+			return st;
+		for (size_t j = 0; j < n; j++)
+			next[j] = argmax(it[j].logits);
 		mark(r, a);
 	}
 	return TKV_OK;

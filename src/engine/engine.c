@@ -484,7 +484,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 	struct llama_seg *segs = NULL;
 	int32_t *ids = NULL;
 	size_t *seg_item = NULL;
-	int first = TKV_OK;
+	int first = TKV_OK, abort_st = TKV_OK;
 
 	for (size_t i = 0; i < n_items; i++) {
 		items[i].status = check_tokens(e, items[i].seq, items[i].ids, items[i].n, NULL);
@@ -496,7 +496,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 	seg_item = tkv_malloc(e->alloc, B * sizeof *seg_item);
 	ids = tkv_malloc(e->alloc, B * sizeof *ids);
 	if (!done || !segs || !seg_item || !ids) {
-		first = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for a batch step");
+		first = abort_st = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for a batch step");
 		goto out;
 	}
 	for (;;) {
@@ -522,6 +522,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 			break;
 		if ((st = govern(e, need))) {
 			first = first ? first : tkv_errf(err, st, "out of memory while making room in the KV cache");
+			abort_st = st;
 			goto out;
 		}
 		/* reserve per sequence; a sequence that cannot get room drops out */
@@ -580,6 +581,11 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 		(void)rows;
 	}
 out:
+	/* a failure of the whole step leaves the unfinished items undone: they
+	 * fail with it, so that an item with status TKV_OK got all its tokens */
+	for (size_t i = 0; abort_st && i < n_items; i++)
+		if (!items[i].status && (!done || done[i] < items[i].n))
+			items[i].status = abort_st;
 	tkv_free(e->alloc, ids);
 	tkv_free(e->alloc, seg_item);
 	tkv_free(e->alloc, segs);
