@@ -585,8 +585,10 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		}
 		if (it->status) {
 			live_remove(s, r);
-			fail(s, r, 500, "internal_error", it->status == TKV_ERR_NOMEM ?
-			     "out of memory while generating" : "the engine failed while generating");
+			if (it->status == TKV_ERR_NOMEM)
+				fail(s, r, 503, "out_of_memory", "out of memory while generating; retry later");
+			else
+				fail(s, r, 500, "internal_error", "the engine failed while generating");
 			*hold = false;
 			continue;
 		}
