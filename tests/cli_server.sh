@@ -86,6 +86,18 @@ expect_error() { # name code [param]: an OpenAI-shaped error
 	if grep -qE '/work|/home|/tmp|\.gguf|0x[0-9a-f]{6,}' "$tmp/$1.body"; then bad "$1: path or pointer in the error"; else ok; fi
 }
 
+# ---- safe defaults -----------------------------------------------------------------
+# without --host the listening socket is 127.0.0.1:PORT only (/proc/net/tcp:
+# local address 0100007F, state 0A = LISTEN; nothing on IPv6)
+port_hex=$(printf '%04X' "${URL##*:}")
+if grep -qE "^ *[0-9]+: 0100007F:$port_hex 00000000:0000 0A " /proc/net/tcp &&
+	! grep -qE "^ *[0-9]+: [0-9A-F]+:$port_hex [0-9A-F]+:0000 0A " /proc/net/tcp6 2>/dev/null &&
+	[ "$(grep -cE "^ *[0-9]+: [0-9A-F]+:$port_hex [0-9A-F]+:0000 0A " /proc/net/tcp)" -eq 1 ]; then
+	ok
+else
+	bad "the server does not listen on 127.0.0.1:${URL##*:} only"
+fi
+
 # ---- the API -----------------------------------------------------------------------
 req health GET /health
 expect_code health 200
@@ -228,6 +240,12 @@ expect_error e_badkey 401
 AUTH=(-H "Authorization: Bearer sk-test-key-1234")
 req e_longkey GET /v1/models
 expect_error e_longkey 401
+AUTH=(-H "Authorization: Bearer sk-test-key-12")
+req e_shortkey GET /v1/models
+expect_error e_shortkey 401
+AUTH=(-H "Authorization: Basic $KEY")
+req e_basic GET /v1/models
+expect_error e_basic 401
 AUTH=()
 req health2 GET /health
 expect_code health2 200
@@ -258,7 +276,7 @@ for m in 'tierkv_requests_total [1-9]' 'tierkv_generated_tokens_total [1-9]' 'ti
 	'tierkv_tokens_per_second ' 'tierkv_queue_length 0' 'tierkv_live_sequences 0' \
 	'tierkv_kv_tier_bytes\{tier="hot"\} ' 'tierkv_kv_tier_bytes\{tier="cold"\} ' 'tierkv_kv_evicted_total ' \
 	'tierkv_kv_governor_runs_total ' 'tierkv_prefix_hits_total 0' 'tierkv_predictor_mae_tokens [0-9]' \
-	'tierkv_http_responses_total\{code="413"\} 2' 'tierkv_http_responses_total\{code="401"\} 3' \
+	'tierkv_http_responses_total\{code="413"\} 2' 'tierkv_http_responses_total\{code="401"\} 5' \
 	'# TYPE tierkv_requests_total counter'; do
 	expect_body metrics "^$m"
 done
@@ -277,6 +295,10 @@ for i in 1 2 3 4 5 6; do
 	jobs_+=($!)
 	sleep 0.02
 done
+# while they run: one sequence at a time (--max-seqs 1), at most one waiting
+curl -s "$URL/metrics" >"$tmp/qmetrics"
+awk '/^tierkv_live_sequences / { l = $2 } /^tierkv_queue_length / { q = $2 } END { exit !(l <= 1 && q <= 1) }' \
+	"$tmp/qmetrics" && ok || bad "--max-seqs 1 --max-queue 1: $(grep -E '^tierkv_(live_sequences|queue_length) ' "$tmp/qmetrics" | tr '\n' ' ')"
 wait "${jobs_[@]}"
 n200=0 n503=0
 for i in 1 2 3 4 5 6; do
@@ -284,6 +306,8 @@ for i in 1 2 3 4 5 6; do
 done
 [ $((n200 + n503)) -eq 6 ] && [ "$n503" -ge 1 ] && [ "$n200" -ge 2 ] && ok || bad "queue limit: $n200 x 200, $n503 x 503"
 grep -q '"code":"queue_full"' "$tmp"/q*.body && ok || bad "no queue_full error"
+grep -qi '^Retry-After: 1' $(grep -l '"code":"queue_full"' "$tmp"/q*.body | sed 's/\.body$/.hdr/') && ok ||
+	bad "a 503 queue_full without Retry-After"
 stop small
 
 # the full cache in a budget too small for all: requests are preempted or queued, all answered
