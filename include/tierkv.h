@@ -203,6 +203,10 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out);
 
 int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *err);
 void tkv_seq_free(struct tkv_seq *s);
+/* A new sequence of the same engine holding a copy of src's tokens and cache
+ * (shared prefix pages stay shared; the copy counts against --kv-mem). The two
+ * then go their own ways. TKV_ERR_KV_FULL when the budget cannot hold the copy. */
+int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_error *err);
 /* Tokens in the sequence so far (the position of the next one). */
 uint32_t tkv_seq_n_past(const struct tkv_seq *s);
 /* This sequence's cache: same fields as the engine's, for one sequence. */

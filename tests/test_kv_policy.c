@@ -1767,6 +1767,70 @@ static void test_governor_three_seqs(void **state)
 	tkv_model_free(m);
 }
 
+/* A fork of a sequence whose tiered cache has been squeezed (warm and cold
+ * pages, evictions) continues exactly as the original would: the same greedy
+ * tokens and bit-identical logits for 64 more steps, the same cache shape;
+ * the copy counts against the pool and both free back to zero; a budget too
+ * small for the copy fails cleanly. */
+static void test_fork_continues_identically(void **state)
+{
+	struct tkv_model *m = load_model();
+	struct tkv_engine *e = make_engine(m, TKV_POLICY_TIERED, 0);
+	struct tkv_seq *a = NULL, *b = NULL;
+	struct tkv_kv_stats ka, kb, k0, k1;
+	struct tkv_error err = {0};
+	static float la[512], lb[512];
+	int32_t ids[200];
+
+	(void)state;
+	assert_int_equal(tkv_seq_init(&a, e, &err), TKV_OK);
+	tkv_seq_set_budget(a, full_cache_bytes(m, 264) / 5);
+	ids[0] = 1;
+	for (uint32_t i = 1; i < 200; i++)
+		ids[i] = (int32_t)(3 + (i * 53) % 500);
+	assert_int_equal(tkv_seq_decode(a, ids, 200, la, 0, &err), TKV_OK);
+	tkv_seq_kv_stats(a, &ka);
+	assert_true(ka.tier_tokens[2] > 0);
+	assert_true(ka.evicted > 0);
+	tkv_engine_kv_stats(e, &k0);
+	assert_int_equal(tkv_seq_fork(&b, a, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &k1);
+	assert_int_equal(k1.allocated, 2 * k0.allocated);
+	assert_int_equal(tkv_seq_n_past(b), tkv_seq_n_past(a));
+	memcpy(lb, la, sizeof lb);
+	for (int i = 0; i < 64; i++) {
+		int32_t ta = argmax(la, 512), tb = argmax(lb, 512);
+
+		assert_int_equal(ta, tb);
+		assert_int_equal(tkv_seq_decode(a, &ta, 1, la, 0, &err), TKV_OK);
+		assert_int_equal(tkv_seq_decode(b, &tb, 1, lb, 0, &err), TKV_OK);
+		assert_memory_equal(la, lb, sizeof la);
+	}
+	tkv_seq_kv_stats(a, &ka);
+	tkv_seq_kv_stats(b, &kb);
+	assert_int_equal(ka.kv_bytes, kb.kv_bytes);
+	assert_memory_equal(ka.tier_tokens, kb.tier_tokens, sizeof ka.tier_tokens);
+	tkv_seq_free(b);
+	tkv_seq_free(a);
+	tkv_engine_kv_stats(e, &k0);
+	assert_int_equal(k0.allocated, 0);
+	tkv_engine_free(e);
+
+	/* a pool that holds the original but not a copy */
+	size_t need = full_cache_bytes(m, 100);
+	e = make_engine(m, TKV_POLICY_FULL, need + need / 2);
+	assert_int_equal(tkv_seq_init(&a, e, &err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(a, ids, 100, NULL, 0, &err), TKV_OK);
+	tkv_engine_kv_stats(e, &k0);
+	assert_int_equal(tkv_seq_fork(&b, a, &err), TKV_ERR_KV_FULL);
+	assert_null(b);
+	tkv_engine_kv_stats(e, &k1);
+	assert_int_equal(k1.allocated, k0.allocated);
+	tkv_seq_free(a);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1795,6 +1859,7 @@ int main(void)
 		cmocka_unit_test(test_governor_half_budget),
 		cmocka_unit_test(test_governor_full_stops),
 		cmocka_unit_test(test_governor_three_seqs),
+		cmocka_unit_test(test_fork_continues_identically),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,9 +5,12 @@
  *   pp<P> @ d   P random tokens through a sequence already holding d tokens,
  *               in chunks of -b (default 512), logits of the last only
  *   tg<N> @ d   N tokens one at a time after d tokens
- * Filling the cache to depth d is not timed. Each test runs once to warm up,
- * then -r times (default 5) on a fresh sequence; t/s is the mean ± standard
- * deviation of the repetitions' rates.
+ * for each policy of --policies at each budget of --budgets (a per-sequence
+ * K+V cap, as a fraction of the full f16 cache at the test's final length).
+ * Filling the cache to depth d is not timed: one sequence is filled once (the
+ * policy managing its cache on the way, as in generation), and each run works
+ * on a copy of it (tkv_seq_fork). Each test runs once to warm up, then -r times
+ * (default 5); t/s is the mean ± standard deviation of the repetitions' rates.
  *
  * The limit: decoding one token reads every weight once (token_embd: one row)
  * and the whole KV cache, so it cannot go faster than the memory bandwidth
@@ -17,7 +20,8 @@
  * faster or slower than another by half). A streaming read of a fresh 512 MiB
  * buffer (in a child process, so it does not count in our peak RSS) is
  * reported beside it. Decode figures are also given as a fraction of the
- * limit, with the KV at the mean depth of the run. */
+ * limit, with the KV bytes the run's sequence actually held (mean of its
+ * start and end). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +40,7 @@
 
 #define BENCH_MAX_DEPTHS 16
 #define BENCH_MAX_REPS 100
+#define BENCH_MAX_BUDGETS 8
 #define BENCH_BW_BYTES ((size_t)512 << 20)
 #define BENCH_BW_PASSES 5       /* at start: the header's figure */
 #define BENCH_BW_RUN_PASSES 3   /* before each decode run */
@@ -55,7 +60,11 @@ static void bench_help(void)
 	       "  -r, --repetitions N   timed runs per test (default 5)\n"
 	       "  -t, --threads N       threads (default: physical cores)\n"
 	       "  -b, --batch-size N    prompt tokens per forward chunk (default 512)\n"
-	       "      --kv-type T       KV storage: f16 or f32 (default f16)\n"
+	       "      --policies LIST   KV policies to compare, comma-separated or 'all' (default full)\n"
+	       "      --budgets LIST    per-sequence K+V caps as fractions of the full f16 cache at\n"
+	       "                        the test's final length (default 1: no cap)\n"
+	       "      --kv-* options    as for run (--kv-cold-skip, --kv-hot, --kv-type, ...);\n"
+	       "                        --kv-mem is unlimited unless given\n"
 	       "  -o, --output FMT      md (table, default) or json (JSON lines) on stdout\n"
 	       "      --json FILE       also write JSON lines to FILE\n"
 	       "      --no-bandwidth    skip the bandwidth measurement (no limit column)\n"
@@ -68,7 +77,11 @@ struct bench_opts {
 	long depths[BENCH_MAX_DEPTHS];
 	int n_depths;
 	int json_stdout, no_bw;
-	enum tkv_kv_type kv_type;
+	enum tkv_policy policies[TKV_POLICY_COUNT];
+	size_t n_pol;
+	double budgets[BENCH_MAX_BUDGETS];
+	size_t n_bud;
+	struct tkv_engine_params ep;
 };
 
 static int bench_parse_depths(struct cli_args *a, const char *v, struct bench_opts *o)
@@ -105,9 +118,13 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	o->reps = 5;
 	o->batch = 512;
 	o->n_depths = 1;
-	o->kv_type = TKV_KV_F16;
+	o->ep = tkv_engine_default_params();
+	o->ep.kv_mem = 0;
+	o->policies[o->n_pol++] = TKV_POLICY_FULL;
+	o->budgets[o->n_bud++] = 1.0;
 	for (; a.i < argc; a.i++) {
 		const char *s = argv[a.i], *v;
+		int handled = 0;
 
 		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
 			bench_help();
@@ -135,15 +152,20 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
 			if ((rc = cli_int(&a, s, 1, 65536, &o->batch)))
 				return rc;
-		} else if (!strcmp(s, "--kv-type")) {
-			if (!(v = cli_value(&a, s)))
-				return CLI_USAGE;
-			if (!strcmp(v, "f16"))
-				o->kv_type = TKV_KV_F16;
-			else if (!strcmp(v, "f32"))
-				o->kv_type = TKV_KV_F32;
-			else
-				return cli_usage_error(&a, "--kv-type: '%s' is not f16 or f32", v);
+		} else if (!strcmp(s, "--policies")) {
+			if (!(v = cli_value(&a, s)) || (rc = cli_parse_policies(&a, s, v, o->policies, &o->n_pol)))
+				return v ? rc : CLI_USAGE;
+		} else if (!strcmp(s, "--budgets")) {
+			if (!(v = cli_value(&a, s)) ||
+			    (rc = cli_parse_fractions(&a, s, v, o->budgets, BENCH_MAX_BUDGETS, &o->n_bud)))
+				return v ? rc : CLI_USAGE;
+		} else if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget")) {
+			return cli_usage_error(&a, "%s: bench compares policies and budgets; use --policies and --budgets", s);
+		} else if (!strncmp(s, "--kv-", 5)) {
+			if ((rc = cli_kv_option(&a, &o->ep, NULL, &handled)))
+				return rc;
+			if (!handled)
+				return cli_usage_error(&a, "unknown option '%s'", s);
 		} else if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
 			if (!(v = cli_value(&a, s)))
 				return CLI_USAGE;
@@ -349,11 +371,16 @@ static uint64_t bench_file_weight_bytes(const struct tkv_model *m)
 
 struct bench_result {
 	char test[48];
+	enum tkv_policy policy;
+	double budget;              /* fraction of the full f16 cache; 1 = no cap */
 	long n_prompt, n_gen, depth;
 	double ts[BENCH_MAX_REPS];
 	int n_reps;
 	double mean, sd;
-	size_t kv_allocated, kv_bytes, peak_rss;
+	size_t kv_allocated, peak_rss;
+	double kv_bytes;            /* K+V bytes the run's sequence held, mean of start and end */
+	double kv_full;             /* what a full f16 cache holds for the same tokens */
+	uint64_t pages_read, pages_skipped;  /* by attention in the timed runs */
 	double bw[BENCH_MAX_REPS];  /* decode: bandwidth measured before each run */
 	double bytes_per_token, limit_ts, frac, bw_mean; /* decode only; 0 otherwise */
 };
@@ -366,26 +393,51 @@ static int32_t bench_token(uint32_t n_vocab)
 	return (int32_t)((bench_rng >> 33) % n_vocab);
 }
 
-/* One timed run: a fresh sequence filled to depth, then the test. Returns the
- * rate in tokens/s, or a negative status. */
-static int bench_once(struct tkv_engine *e, uint32_t n_vocab, long depth, long n_prompt, long n_gen,
-		      int32_t *ids, float *logits, double *rate, struct tkv_kv_stats *ks, struct tkv_error *err)
+/* The untimed part of a test: a sequence holding depth random tokens, under
+ * the per-sequence budget, its cache managed by the engine's policy. */
+static int bench_fill(struct tkv_engine *e, uint32_t n_vocab, long depth, size_t budget, int32_t *ids,
+		      struct tkv_seq **out, struct tkv_error *err)
+{
+	int st;
+
+	if ((st = tkv_seq_init(out, e, err)))
+		return st;
+	tkv_seq_set_budget(*out, budget);
+	for (long i = 0; i < depth; i++)
+		ids[i] = bench_token(n_vocab);
+	if (depth > 0 && (st = tkv_seq_decode(*out, ids, (size_t)depth, NULL, 0, err))) {
+		tkv_seq_free(*out);
+		*out = NULL;
+	}
+	return st;
+}
+
+struct bench_run {
+	double rate;          /* tokens/s */
+	double kv_bytes;      /* mean of the K+V bytes at start and end */
+	size_t allocated;     /* pool bytes at the end */
+	uint64_t pages_read, pages_skipped;
+};
+
+/* One timed run on a copy of base. */
+static int bench_once(struct tkv_engine *e, const struct tkv_seq *base, uint32_t n_vocab, long n_prompt,
+		      long n_gen, int32_t *ids, float *logits, struct bench_run *run, struct tkv_error *err)
 {
 	struct tkv_seq *seq = NULL;
+	struct tkv_kv_stats k0, k1, ks;
 	double t0, t1;
 	int st;
 
-	if ((st = tkv_seq_init(&seq, e, err)))
+	if ((st = tkv_seq_fork(&seq, base, err)))
 		return st;
-	for (long i = 0; i < (depth > n_prompt ? depth : n_prompt); i++)
+	for (long i = 0; i < n_prompt; i++)
 		ids[i] = bench_token(n_vocab);
-	if (depth > 0 && (st = tkv_seq_decode(seq, ids, (size_t)depth, NULL, 0, err)))
-		goto out;
+	tkv_seq_kv_stats(seq, &k0);
 	if (n_prompt > 0) {
 		t0 = cli_now();
 		st = tkv_seq_decode(seq, ids, (size_t)n_prompt, logits, 0, err);
 		t1 = cli_now();
-		*rate = n_prompt / (t1 - t0);
+		run->rate = n_prompt / (t1 - t0);
 	} else {
 		int32_t id = bench_token(n_vocab);
 
@@ -395,66 +447,70 @@ static int bench_once(struct tkv_engine *e, uint32_t n_vocab, long depth, long n
 			id = bench_token(n_vocab); /* random, like llama-bench: no sampling cost */
 		}
 		t1 = cli_now();
-		*rate = n_gen / (t1 - t0);
+		run->rate = n_gen / (t1 - t0);
 	}
-	tkv_engine_kv_stats(e, ks);
-out:
+	tkv_seq_kv_stats(seq, &k1);
+	tkv_engine_kv_stats(e, &ks);
+	run->kv_bytes = ((double)k0.kv_bytes + (double)k1.kv_bytes) / 2.0;
+	run->allocated = ks.allocated;
+	run->pages_read = k1.pages_read - k0.pages_read;
+	run->pages_skipped = k1.pages_skipped - k0.pages_skipped;
 	tkv_seq_free(seq);
 	return st;
 }
 
-/* One test. For decode with b, the bandwidth is measured before each run and
- * the fraction of the limit is the mean of the runs' own fractions. */
-static int bench_test(struct tkv_engine *e, const struct tkv_model *m, const struct bench_opts *o, long depth,
-		      long n_prompt, long n_gen, int32_t *ids, float *logits, const struct bench_bw *b,
-		      double bytes_per_token, struct bench_result *r, struct tkv_error *err)
+/* One test on copies of base. For decode with b, the bandwidth is measured
+ * before each run and the fraction of the limit is the mean of the runs' own
+ * fractions, each with the KV bytes its sequence held. */
+static int bench_test(struct tkv_engine *e, const struct tkv_seq *base, const struct tkv_model *m,
+		      const struct bench_opts *o, long n_prompt, long n_gen, int32_t *ids, float *logits,
+		      const struct bench_bw *b, double weight_bytes, struct bench_result *r, struct tkv_error *err)
 {
-	struct tkv_kv_stats ks;
-	double rate, sum = 0.0, ss = 0.0;
+	struct bench_run run;
+	double sum = 0.0, ss = 0.0, kv = 0.0, f = 0.0, bws = 0.0;
 	int st;
 
-	memset(r, 0, sizeof *r);
+	r->n_prompt = n_prompt;
+	r->n_gen = n_gen;
 	if (n_prompt)
 		snprintf(r->test, sizeof r->test, "pp%ld", n_prompt);
 	else
 		snprintf(r->test, sizeof r->test, "tg%ld", n_gen);
-	if (depth)
-		snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%ld", depth);
-	r->n_prompt = n_prompt;
-	r->n_gen = n_gen;
-	r->depth = depth;
+	if (r->depth)
+		snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%ld", r->depth);
 	/* warm-up (llama-bench does one too): pages in the weights, wakes threads */
-	if ((st = bench_once(e, m->info.n_vocab, depth, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
-			     &rate, &ks, err)))
+	if ((st = bench_once(e, base, m->info.n_vocab, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
+			     &run, err)))
 		return st;
 	for (long i = 0; i < o->reps; i++) {
-		double bw = n_gen ? bench_bw_measure(b, BENCH_BW_RUN_PASSES) : 0.0;
+		double bw = n_gen && b ? bench_bw_measure(b, BENCH_BW_RUN_PASSES) : 0.0;
 
-		if ((st = bench_once(e, m->info.n_vocab, depth, n_prompt, n_gen, ids, logits, &rate, &ks, err)))
+		if ((st = bench_once(e, base, m->info.n_vocab, n_prompt, n_gen, ids, logits, &run, err)))
 			return st;
 		r->bw[r->n_reps] = bw;
-		r->ts[r->n_reps++] = rate;
-		sum += rate;
-	}
-	if (n_gen && b && b->tp) {
-		double f = 0.0, bws = 0.0;
-
-		for (int i = 0; i < r->n_reps; i++) {
-			f += r->ts[i] * bytes_per_token / r->bw[i];
-			bws += r->bw[i];
+		r->ts[r->n_reps++] = run.rate;
+		sum += run.rate;
+		kv += run.kv_bytes;
+		r->pages_read += run.pages_read;
+		r->pages_skipped += run.pages_skipped;
+		if (bw > 0) {
+			f += run.rate * (weight_bytes + run.kv_bytes) / bw;
+			bws += bw;
 		}
-		r->bytes_per_token = bytes_per_token;
-		r->bw_mean = bws / r->n_reps;
-		r->limit_ts = r->bw_mean / bytes_per_token;
-		r->frac = f / r->n_reps;
 	}
 	r->mean = sum / r->n_reps;
 	for (int i = 0; i < r->n_reps; i++)
 		ss += (r->ts[i] - r->mean) * (r->ts[i] - r->mean);
 	r->sd = r->n_reps > 1 ? sqrt(ss / (r->n_reps - 1)) : 0.0;
-	r->kv_allocated = ks.allocated;
-	r->kv_bytes = ks.kv_bytes;
+	r->kv_bytes = kv / r->n_reps;
+	r->kv_allocated = run.allocated;
 	r->peak_rss = cli_peak_rss();
+	if (n_gen && bws > 0) {
+		r->bytes_per_token = weight_bytes + r->kv_bytes;
+		r->bw_mean = bws / r->n_reps;
+		r->limit_ts = r->bw_mean / r->bytes_per_token;
+		r->frac = f / r->n_reps;
+	}
 	return TKV_OK;
 }
 
@@ -464,29 +520,89 @@ static void bench_json(FILE *f, const struct tkv_model_info *in, const struct be
 		       uint64_t size, double bw, double bw_fresh, const struct bench_result *r)
 {
 	fprintf(f, "{\"model\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, "
-		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", \"test\": \"%s\", "
+		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", "
+		"\"kv_policy\": \"%s\", \"kv_budget\": %g, \"test\": \"%s\", "
 		"\"n_prompt\": %ld, \"n_gen\": %ld, \"n_depth\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
 		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, ops_kernel_name(),
-		o->threads, o->batch, o->kv_type == TKV_KV_F32 ? "f32" : "f16", r->test, r->n_prompt, r->n_gen,
-		r->depth, r->mean, r->sd);
+		o->threads, o->batch, o->ep.kv_type == TKV_KV_F32 ? "f32" : "f16", tkv_policy_name(r->policy), r->budget,
+		r->test, r->n_prompt, r->n_gen, r->depth, r->mean, r->sd);
 	for (int i = 0; i < r->n_reps; i++)
 		fprintf(f, "%s%.3f", i ? ", " : "", r->ts[i]);
-	fprintf(f, "], \"kv_allocated\": %zu, \"kv_bytes\": %zu, \"peak_rss\": %zu, \"mem_bw_gbs\": %.3f, "
-		"\"mem_bw_fresh_gbs\": %.3f", r->kv_allocated, r->kv_bytes, r->peak_rss,
-		(r->bw_mean > 0 ? r->bw_mean : bw) / 1e9, bw_fresh / 1e9);
+	fprintf(f, "], \"kv_allocated\": %zu, \"kv_bytes\": %.0f, \"kv_full_f16\": %.0f, \"pages_read\": %llu, "
+		"\"pages_skipped\": %llu, \"peak_rss\": %zu, \"mem_bw_gbs\": %.3f, \"mem_bw_fresh_gbs\": %.3f",
+		r->kv_allocated, r->kv_bytes, r->kv_full, (unsigned long long)r->pages_read,
+		(unsigned long long)r->pages_skipped, r->peak_rss, (r->bw_mean > 0 ? r->bw_mean : bw) / 1e9,
+		bw_fresh / 1e9);
 	if (r->n_gen && r->limit_ts > 0)
 		fprintf(f, ", \"bytes_per_token\": %.0f, \"limit_ts\": %.3f, \"frac_of_limit\": %.4f", r->bytes_per_token,
 			r->limit_ts, r->frac);
 	fprintf(f, "}\n");
 }
 
+static void bench_emit(FILE *jf, const struct tkv_model_info *in, const struct bench_opts *o, const char *type_name,
+		       uint64_t size, double bw, double bw_fresh, const struct bench_result *r)
+{
+	fprintf(stderr, "tierkv bench: %s, %s at %g: %.2f ± %.2f t/s, K+V %.1f MB (%.0f%% of f16)\n", r->test,
+		tkv_policy_name(r->policy), r->budget, r->mean, r->sd, r->kv_bytes / 1e6,
+		r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0);
+	if (o->json_stdout)
+		bench_json(stdout, in, o, type_name, size, bw, bw_fresh, r);
+	if (jf)
+		bench_json(jf, in, o, type_name, size, bw, bw_fresh, r);
+}
+
+/* Every test of one policy at one budget: for each depth, a sequence filled
+ * once, then pp and tg on copies of it. */
+static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tkv_policy pol, double budget,
+			int32_t *ids, float *logits, const struct bench_bw *bwm, double wbytes, FILE *jf,
+			const char *type_name, uint64_t fbytes, double bw, double bw_fresh, struct bench_result *res,
+			int *n_res, struct tkv_error *err)
+{
+	struct tkv_engine_params ep = o->ep;
+	struct tkv_engine *e = NULL;
+	size_t kv_tok = tkv_model_kv_bytes_per_token(m);
+	int st = TKV_OK;
+
+	ep.kv.policy = pol;
+	ep.kv.seq_budget = 0;
+	if ((st = tkv_engine_init(&e, m, &ep, err)))
+		return st;
+	for (int di = 0; di < o->n_depths && !st; di++) {
+		long d = o->depths[di];
+
+		for (int kind = 0; kind < 2 && !st; kind++) {
+			long np = kind == 0 ? o->n_prompt : 0, ng = kind == 1 ? o->n_gen : 0;
+			struct bench_result *r = &res[*n_res];
+			struct tkv_seq *base = NULL;
+			size_t cap = budget < 1.0 ? (size_t)(budget * (double)kv_tok * (double)(d + np + ng)) : 0;
+
+			if (!np && !ng)
+				continue;
+			memset(r, 0, sizeof *r);
+			r->policy = pol;
+			r->budget = budget;
+			r->depth = d;
+			if ((st = bench_fill(e, m->info.n_vocab, d, cap, ids, &base, err)))
+				break;
+			/* like kv_bytes, the mean of the run's start and end */
+			r->kv_full = (double)kv_tok * ((double)d + (double)(np + ng) / 2.0);
+			st = bench_test(e, base, m, o, np, ng, ids, logits, bwm, wbytes, r, err);
+			tkv_seq_free(base);
+			if (!st) {
+				bench_emit(jf, &m->info, o, type_name, fbytes, bw, bw_fresh, r);
+				(*n_res)++;
+			}
+		}
+	}
+	tkv_engine_free(e);
+	return st;
+}
+
 int cli_bench(int argc, char **argv)
 {
 	struct bench_opts o;
 	struct tkv_model *m = NULL;
-	struct tkv_engine *e = NULL;
 	struct tkv_model_params mp = tkv_model_default_params();
-	struct tkv_engine_params ep = tkv_engine_default_params();
 	struct tkv_error err = { 0 };
 	struct bench_result *res = NULL;
 	int n_res = 0, rc = CLI_ERR, st;
@@ -525,16 +641,12 @@ int cli_bench(int argc, char **argv)
 		goto fail;
 	if (!o.no_bw && bench_bw_init(&bwm, m, (int)o.threads) == 0)
 		bw = bench_bw_measure(&bwm, BENCH_BW_PASSES);
-	ep.n_threads = (int)o.threads;
-	ep.n_batch = (uint32_t)o.batch;
-	ep.n_ctx = (uint32_t)max_len;
-	ep.kv_mem = 0;
-	ep.kv_type = o.kv_type;
-	if ((st = tkv_engine_init(&e, m, &ep, &err)))
-		goto fail;
+	o.ep.n_threads = (int)o.threads;
+	o.ep.n_batch = (uint32_t)o.batch;
+	o.ep.n_ctx = (uint32_t)max_len;
 	ids = malloc((size_t)(max_depth > o.n_prompt ? max_depth : o.n_prompt) * sizeof *ids + sizeof *ids);
 	logits = malloc((size_t)m->info.n_vocab * sizeof *logits);
-	res = calloc((size_t)o.n_depths * 2, sizeof *res);
+	res = calloc((size_t)o.n_depths * 2 * o.n_pol * o.n_bud, sizeof *res);
 	if (!ids || !logits || !res) {
 		fprintf(stderr, "tierkv bench: out of memory\n");
 		goto out;
@@ -547,50 +659,41 @@ int cli_bench(int argc, char **argv)
 		cli_fmt_bytes(b1, sizeof b1, (double)fbytes), o.threads, ops_kernel_name(), bw / 1e9, bw_fresh / 1e9,
 		wbytes / 1e6);
 
-	for (int di = 0; di < o.n_depths; di++) {
-		long d = o.depths[di];
-
-		for (int kind = 0; kind < 2; kind++) {
-			long np = kind == 0 ? o.n_prompt : 0, ng = kind == 1 ? o.n_gen : 0;
-			struct bench_result *r = &res[n_res];
-
-			if (!np && !ng)
-				continue;
-			size_t kv_tok = tkv_model_kv_bytes_per_token(m) * (o.kv_type == TKV_KV_F32 ? 2 : 1);
-			double bpt = (double)wbytes + (double)kv_tok * ((double)d + (double)(ng > 0 ? ng - 1 : 0) / 2.0);
-
-			if ((st = bench_test(e, m, &o, d, np, ng, ids, logits, o.no_bw ? NULL : &bwm, bpt, r, &err)))
+	for (size_t pi = 0; pi < o.n_pol; pi++)
+		for (size_t bi = 0; bi < o.n_bud; bi++) {
+			if (o.budgets[bi] < 1.0 && o.policies[pi] == TKV_POLICY_FULL)
+				continue; /* full never evicts: a cap would only stop it */
+			if ((st = bench_policy(&o, m, o.policies[pi], o.budgets[bi], ids, logits, o.no_bw ? NULL : &bwm,
+					       (double)wbytes, jf, type_name, fbytes, bw, bw_fresh, res, &n_res, &err)))
 				goto fail;
-			fprintf(stderr, "tierkv bench: %s: %.2f ± %.2f t/s\n", r->test, r->mean, r->sd);
-			if (o.json_stdout)
-				bench_json(stdout, &m->info, &o, type_name, fbytes, bw, bw_fresh, r);
-			if (jf)
-				bench_json(jf, &m->info, &o, type_name, fbytes, bw, bw_fresh, r);
-			n_res++;
 		}
-	}
 
 	if (!o.json_stdout) {
-		printf("| model | size | params | kernels | threads | test | t/s | limit t/s | of limit | KV | peak RSS |\n");
-		printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+		printf("| model | size | kernels | threads | policy | budget | test | t/s | limit t/s | of limit | K+V | "
+		       "of f16 | pages skipped | peak RSS |\n");
+		printf("| --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
 		for (int i = 0; i < n_res; i++) {
 			const struct bench_result *r = &res[i];
-			char lim[32] = "", frac[32] = "", kv[32], rss[32];
+			char lim[32] = "", frac[32] = "", kv[32], rss[32], skip[32] = "";
 
 			if (r->limit_ts > 0) {
 				snprintf(lim, sizeof lim, "%.2f", r->limit_ts);
 				snprintf(frac, sizeof frac, "%.0f%%", 100.0 * r->frac);
 			}
-			printf("| llama %s %s | %s | %.2f B | %s | %ld | %s | %.2f ± %.2f | %s | %s | %s | %s |\n",
+			if (r->pages_read + r->pages_skipped > 0)
+				snprintf(skip, sizeof skip, "%.0f%%",
+					 100.0 * (double)r->pages_skipped / (double)(r->pages_read + r->pages_skipped));
+			printf("| llama %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
 			       m->info.name[0] ? m->info.name : "?", type_name, cli_fmt_bytes(b2, sizeof b2, (double)fbytes),
-			       m->info.n_params / 1e9, ops_kernel_name(), o.threads, r->test, r->mean, r->sd, lim, frac,
-			       cli_fmt_bytes(kv, sizeof kv, (double)r->kv_allocated),
+			       ops_kernel_name(), o.threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
+			       lim, frac, cli_fmt_bytes(kv, sizeof kv, r->kv_bytes),
+			       r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0, skip,
 			       cli_fmt_bytes(rss, sizeof rss, (double)r->peak_rss));
 		}
 		if (bw > 0)
 			printf("\nmemory bandwidth %.2f GB/s reading the weights, %.2f GB/s a fresh 512 MiB buffer (%ld "
 			       "threads, best of %d passes, at start); decode limit = bandwidth reading the weights (measured "
-			       "again before each run) / (%.1f MB of weights + KV at the run's mean depth)\n",
+			       "again before each run) / (%.1f MB of weights + the K+V bytes the run's sequence held)\n",
 			       bw / 1e9, bw_fresh / 1e9, o.threads, BENCH_BW_PASSES, wbytes / 1e6);
 	}
 	rc = CLI_OK;
@@ -605,7 +708,6 @@ out:
 	free(res);
 	free(ids);
 	free(logits);
-	tkv_engine_free(e);
 	tkv_model_free(m);
 	return rc;
 }

@@ -56,6 +56,13 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 /* The engine options (-c/--ctx-size, -b/--batch-size, -t/--threads) and then
  * the KV options, the same way as cli_kv_option. */
 int cli_engine_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled);
+/* A comma-separated list of policy names (or 'all') for option opt into
+ * out[TKV_POLICY_COUNT], in the order of the enum (full first, so tables
+ * compare across runs); 0 or CLI_USAGE after a message. */
+enum tkv_policy;
+int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum tkv_policy *out, size_t *n);
+/* A comma-separated list of up to max numbers in (0, 1] for option opt. */
+int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n);
 /* Prints the --kv-* options for a --help text. */
 void cli_kv_help(void);
 /* Prints a cache's tiers, bytes and decisions; full_kv_bytes is what a full

@@ -96,61 +96,6 @@ struct eval_opts {
 	struct tkv_engine_params ep;
 };
 
-static int parse_policies(struct cli_args *a, const char *v, struct eval_opts *o)
-{
-	char buf[512], *save = NULL;
-	bool seen[TKV_POLICY_COUNT] = { false };
-
-	if (strlen(v) >= sizeof buf)
-		return cli_usage_error(a, "--policies: list too long");
-	strcpy(buf, v);
-	o->n_pol = 0;
-	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		int p;
-
-		if (!strcmp(t, "all")) {
-			for (int i = 0; i < TKV_POLICY_COUNT; i++)
-				seen[i] = true;
-			continue;
-		}
-		if ((p = tkv_policy_parse(t)) < 0)
-			return cli_usage_error(a, "--policies: unknown policy '%s'", t);
-		seen[p] = true;
-	}
-	/* the order of the enum, so full is first and tables compare across runs */
-	for (int i = 0; i < TKV_POLICY_COUNT; i++)
-		if (seen[i])
-			o->policies[o->n_pol++] = (enum tkv_policy)i;
-	if (o->n_pol == 0)
-		return cli_usage_error(a, "--policies: no policy in '%s'", v);
-	return 0;
-}
-
-static int parse_budgets(struct cli_args *a, const char *v, struct eval_opts *o)
-{
-	const char *p = v;
-
-	o->n_bud = 0;
-	while (*p) {
-		char *end;
-		double b;
-
-		errno = 0;
-		b = strtod(p, &end);
-		if (errno || end == p || (*end && *end != ','))
-			return cli_usage_error(a, "--budgets: '%s' is not a list of numbers", v);
-		if (!(b > 0 && b <= 1))
-			return cli_usage_error(a, "--budgets: %g is not in (0, 1]", b);
-		if (o->n_bud == EVAL_MAX_BUDGETS)
-			return cli_usage_error(a, "--budgets: at most %d budgets", EVAL_MAX_BUDGETS);
-		o->budgets[o->n_bud++] = b;
-		p = *end ? end + 1 : end;
-	}
-	if (o->n_bud == 0)
-		return cli_usage_error(a, "--budgets: no budget given");
-	return 0;
-}
-
 static int add_file(struct cli_args *a, struct eval_opts *o, const char *path)
 {
 	if (o->n_files == EVAL_MAX_FILES)
@@ -187,10 +132,10 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 			if (!(v = cli_value(&a, s)) || (rc = add_file(&a, o, v)))
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--policies")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_policies(&a, v, o)))
+			if (!(v = cli_value(&a, s)) || (rc = cli_parse_policies(&a, s, v, o->policies, &o->n_pol)))
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--budgets")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_budgets(&a, v, o)))
+			if (!(v = cli_value(&a, s)) || (rc = cli_parse_fractions(&a, s, v, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud)))
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--prefill")) {
 			if ((rc = cli_int(&a, s, 1, 1L << 22, &o->prefill)))

@@ -1,8 +1,65 @@
 /* kvopts.c - the KV cache options shared by run, eval, bench and serve. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+
+int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum tkv_policy *out, size_t *n)
+{
+	char buf[512], *save = NULL;
+	bool seen[TKV_POLICY_COUNT] = { false };
+
+	if (strlen(v) >= sizeof buf)
+		return cli_usage_error(a, "%s: list too long", opt);
+	strcpy(buf, v);
+	*n = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int p;
+
+		if (!strcmp(t, "all")) {
+			for (int i = 0; i < TKV_POLICY_COUNT; i++)
+				seen[i] = true;
+			continue;
+		}
+		if ((p = tkv_policy_parse(t)) < 0)
+			return cli_usage_error(a, "%s: unknown policy '%s'", opt, t);
+		seen[p] = true;
+	}
+	for (int i = 0; i < TKV_POLICY_COUNT; i++)
+		if (seen[i])
+			out[(*n)++] = (enum tkv_policy)i;
+	if (*n == 0)
+		return cli_usage_error(a, "%s: no policy in '%s'", opt, v);
+	return 0;
+}
+
+int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n)
+{
+	const char *p = v;
+
+	*n = 0;
+	while (*p) {
+		char *end;
+		double b;
+
+		errno = 0;
+		b = strtod(p, &end);
+		if (errno || end == p || (*end && *end != ','))
+			return cli_usage_error(a, "%s: '%s' is not a list of numbers", opt, v);
+		if (!(b > 0 && b <= 1))
+			return cli_usage_error(a, "%s: %g is not in (0, 1]", opt, b);
+		if (*n == max)
+			return cli_usage_error(a, "%s: at most %zu values", opt, max);
+		out[(*n)++] = b;
+		p = *end ? end + 1 : end;
+	}
+	if (*n == 0)
+		return cli_usage_error(a, "%s: no value given", opt);
+	return 0;
+}
 
 void cli_kv_help(void)
 {

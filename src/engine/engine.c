@@ -238,6 +238,33 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 	return TKV_OK;
 }
 
+int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_error *err)
+{
+	struct tkv_engine *e = src->e;
+	struct tkv_seq *s;
+	int st;
+
+	*out = NULL;
+	s = tkv_calloc(e->alloc, 1, sizeof *s);
+	if (!s)
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory creating a sequence");
+	if ((st = kv_seq_fork(&s->kv, src->kv, err))) {
+		tkv_free(e->alloc, s);
+		return st;
+	}
+	s->e = e;
+	s->n_past = src->n_past;
+	s->budget = src->budget;
+	s->gov_budget = src->gov_budget;
+	s->next = e->seqs;
+	if (e->seqs)
+		e->seqs->prev = s;
+	e->seqs = s;
+	e->n_seqs++;
+	*out = s;
+	return TKV_OK;
+}
+
 void tkv_seq_free(struct tkv_seq *s)
 {
 	struct tkv_engine *e;

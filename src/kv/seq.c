@@ -354,3 +354,64 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 	for (uint32_t i = 0; i < d; i++)
 		st->centroid[i] += (k[i] - st->centroid[i]) * inv;
 }
+
+/* A private copy of page src: same shape, format, flags (but not frozen) and
+ * fill; NULL with *why set when the pool refuses. */
+static struct kv_page *page_copy(struct kv_pool *p, const struct kv_page *src, int *why)
+{
+	struct kv_page *pg = kv_pool_get(p, src->head_dim, src->fmt, src->cap, why);
+
+	if (!pg)
+		return NULL;
+	memcpy(pg->pos, src->pos, (size_t)src->cap * sizeof *pg->pos);
+	memcpy(pg->score, src->score, (size_t)src->cap * sizeof *pg->score);
+	memcpy(pg->k, src->k, kv_tier_k_bytes(src->fmt, src->cap, src->head_dim));
+	memcpy(pg->v, src->v, kv_tier_v_bytes(src->fmt, src->cap, src->head_dim));
+	pg->flags = src->flags & (uint8_t)~KV_PAGE_FROZEN;
+	kv_pool_set_used(p, pg, src->n_used);
+	return pg;
+}
+
+int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error *err)
+{
+	size_t n = (size_t)src->n_layer * src->n_kv_head;
+	struct kv_seq *s;
+	int st, why = TKV_OK;
+
+	*out = NULL;
+	if ((st = kv_seq_init(&s, src->pool, src->n_layer, src->n_kv_head, src->head_dim, src->alloc, err)))
+		return st;
+	memcpy(s->streams[0].centroid, src->streams[0].centroid, n * src->head_dim * sizeof(float));
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_stream *a = &src->streams[i];
+		struct kv_stream *b = &s->streams[i];
+
+		b->budget = a->budget;
+		b->n_seen = a->n_seen;
+		b->ent_sum = a->ent_sum;
+		b->ent_n = a->ent_n;
+		for (uint32_t j = 0; j < a->n_pages; j++) {
+			struct kv_page *pg = a->pages[j];
+
+			if (pg->flags & KV_PAGE_FROZEN) {
+				pg->refs++;     /* shared prefix pages stay shared */
+			} else if (!(pg = page_copy(s->pool, pg, &why))) {
+				goto fail;
+			}
+			if (kv_stream_add_page(s, b, pg)) {
+				kv_page_unref(s->pool, pg);
+				why = TKV_ERR_NOMEM;
+				goto fail;
+			}
+		}
+	}
+	s->n_pos = src->n_pos;
+	*out = s;
+	return TKV_OK;
+
+fail:
+	kv_seq_free(s);
+	if (why == TKV_ERR_KV_FULL)
+		return tkv_errf(err, TKV_ERR_KV_FULL, "KV budget exhausted copying a sequence's cache");
+	return tkv_errf(err, TKV_ERR_NOMEM, "out of memory copying a sequence's cache");
+}

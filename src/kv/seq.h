@@ -48,6 +48,11 @@ struct kv_seq {
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
 		uint32_t head_dim, struct tkv_alloc *a, struct tkv_error *err);
 void kv_seq_free(struct kv_seq *s);
+/* A new sequence with a copy of src's cache: private pages are copied (against
+ * the budget), frozen prefix pages shared; positions, scores, centroids and
+ * budgets carry over, counters start at 0. TKV_ERR_KV_FULL / TKV_ERR_NOMEM
+ * leave nothing behind. */
+int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error *err);
 /* Drops every token and returns every page. */
 void kv_seq_clear(struct kv_seq *s);
 
