@@ -14,6 +14,7 @@
 
 #include "kv/pool.h"
 #include "kv/seq.h"
+#include "kv/attn_impl.h"
 #include "kv/tier.h"
 #include "ops/ops.h"
 #include "util/alloc.h"
@@ -2080,6 +2081,44 @@ static void test_fault_sweep_transient(void **state)
 	run_fault_sweep(1, 0);
 }
 
+/* The softmax kernel against expf: relative error within TOL_EXP, exactly 0
+ * for masked (-inf) logits and for nothing visible, the sum of what it wrote. */
+#define TOL_EXP 1e-6
+static void test_attn_exp_kernel(void **state)
+{
+	kv_exp_fn f = kv_attn_exp_kernel();
+	static float l[1003], want[1003];
+	double sum = 0.0;
+	float got;
+
+	(void)state;
+	if (!f) {
+		print_message("no SIMD softmax kernel on this CPU: the scalar loop is used (tested by test_attn_*)\n");
+		return;
+	}
+	rng_seed(77);
+	for (uint32_t i = 0; i < 1003; i++) {
+		l[i] = i % 7 == 3 ? -INFINITY : i % 11 == 5 ? rng_f(-200.0f, -80.0f) : rng_f(-30.0f, 0.0f);
+		if (i == 500)
+			l[i] = 0.0f;
+		want[i] = l[i] == -INFINITY ? 0.0f : expf(l[i]);
+		sum += want[i];
+	}
+	got = f(l, 1003, 0.0f);
+	for (uint32_t i = 0; i < 1003; i++) {
+		if (want[i] == 0.0f)
+			assert_true(l[i] == 0.0f);
+		else if (!(fabs(l[i] - want[i]) <= TOL_EXP * want[i] + 1e-37))
+			fail_msg("exp at %u: %.9g, want %.9g", i, (double)l[i], (double)want[i]);
+	}
+	assert_true(fabs(got - sum) <= 1e-5 * sum);
+	for (uint32_t i = 0; i < 9; i++)
+		l[i] = -INFINITY;
+	assert_true(f(l, 9, -INFINITY) == 0.0f);
+	for (uint32_t i = 0; i < 9; i++)
+		assert_true(l[i] == 0.0f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2105,6 +2144,7 @@ int main(void)
 		cmocka_unit_test(test_attn_f16),
 		cmocka_unit_test(test_attn_mixed),
 		cmocka_unit_test(test_attn_large_scores),
+		cmocka_unit_test(test_attn_exp_kernel),
 		cmocka_unit_test(test_fault_sweep),
 		cmocka_unit_test(test_fault_sweep_budget),
 		cmocka_unit_test(test_fault_sweep_transient),

@@ -7,7 +7,12 @@
  * (in logits) of the best score seen, for every head: its softmax weight
  * would be below e^-skip of the maximum. Pass 2 normalizes and accumulates
  * values, decoding each value row once. Rotated pages are scored with R q and
- * their values are summed in the rotated space, then rotated back once. */
+ * their values are summed in the rotated space, then rotated back once.
+ *
+ * Full-precision pages have their own SIMD kernels; quantized pages are
+ * decoded a tile of rows at a time by the tier's row kernels (tier_impl.h)
+ * and go through the f32 kernels, so each row is decoded once for the whole
+ * group of query heads. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +58,11 @@ kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
 		return NULL;
 	return fmt == KV_FMT_F16 ? kv_accum_f16_avx2 : fmt == KV_FMT_F32 ? kv_accum_f32_avx2 : NULL;
 }
+
+kv_exp_fn kv_attn_exp_kernel(void)
+{
+	return use_simd(8) ? kv_exp_avx2 : NULL;
+}
 #else
 kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)
 {
@@ -67,11 +77,17 @@ kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
 	(void)use_simd(d);
 	return NULL;
 }
+
+kv_exp_fn kv_attn_exp_kernel(void)
+{
+	return NULL;
+}
 #endif
 
 /* ---- attention -------------------------------------------------------------- */
 
 #define KV_ATTN_MAX_D 512
+#define KV_ATTN_TILE 16    /* rows of a quantized page decoded at once */
 
 static float dot(const float *a, const float *b, uint32_t n)
 {
@@ -96,11 +112,20 @@ static float bound(const float *q, const float *kmin, const float *kmax, uint32_
 static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
 		       float scale, float *logit, uint32_t n, uint32_t off, float *max)
 {
-	float kbuf[KV_ATTN_MAX_D];
-	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d);
+	float kbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d), f32 = kv_attn_score_kernel(KV_FMT_F32, d);
 
-	if (fast) {
-		fast(pg->k, pg->n_used, d, q, nq, scale, logit + off, n);
+	if (fast || f32) {
+		if (fast) {
+			fast(pg->k, pg->n_used, d, q, nq, scale, logit + off, n);
+		} else {
+			for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
+				uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE;
+
+				kv_tier_load_k_slots(pg->fmt, pg->k, pg->cap, d, j0, m, kbuf);
+				f32(kbuf, m, d, q, nq, scale, logit + off + j0, n);
+			}
+		}
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			for (uint32_t h = 0; h < nq; h++) {
 				float *l = &logit[(size_t)h * n + off + j];
@@ -135,10 +160,67 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 	}
 }
 
+/* Whether any of the nq heads gives rows [j0, j0 + m) a weight. */
+static int any_weight(const float *w, size_t stride, uint32_t nq, uint32_t j0, uint32_t m)
+{
+	for (uint32_t h = 0; h < nq; h++)
+		for (uint32_t j = j0; j < j0 + m; j++)
+			if (w[(size_t)h * stride + j] > 0.0f)
+				return 1;
+	return 0;
+}
+
+/* Adds the weighted values of one page to o; returns whether any row had a
+ * weight (the page was read). */
+static int accum_page(const struct kv_page *pg, uint32_t d, const float *w, size_t n, uint32_t nq, float *o)
+{
+	float vbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	kv_accum_fn fast = kv_attn_accum_kernel(pg->fmt, d), f32 = kv_attn_accum_kernel(KV_FMT_F32, d);
+	int any = 0;
+
+	if (fast) {
+		fast(pg->v, pg->n_used, d, w, n, nq, o);
+		return 1;
+	}
+	if (f32) {
+		for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
+			uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE;
+
+			if (!any_weight(w, n, nq, j0, m))
+				continue;
+			any = 1;
+			kv_tier_load_v_slots(pg->fmt, pg->v, pg->cap, d, j0, m, vbuf);
+			f32(vbuf, m, d, w + j0, n, nq, o);
+		}
+		return any;
+	}
+	for (uint32_t j = 0; j < pg->n_used; j++) {
+		const float *v = vbuf;
+
+		if (!any_weight(w, n, nq, j, 1))
+			continue;
+		any = 1;
+		if (pg->fmt == KV_FMT_F32)
+			v = (const float *)pg->v + (size_t)j * d;
+		else
+			kv_tier_load_v(pg->fmt, pg->v, pg->cap, d, j, vbuf);
+		for (uint32_t h = 0; h < nq; h++) {
+			float wh = w[(size_t)h * n + j];
+			float *oh = o + (size_t)h * d;
+
+			if (wh > 0.0f)
+				for (uint32_t c = 0; c < d; c++)
+					oh[c] += wh * v[c];
+		}
+	}
+	return any;
+}
+
 void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 {
 	uint32_t n = st->n_tokens, nq = a->nq, off;
-	float max[64], sum[64], kmin[KV_ATTN_MAX_D], kmax[KV_ATTN_MAX_D], vbuf[KV_ATTN_MAX_D];
+	float max[64], sum[64], kmin[KV_ATTN_MAX_D], kmax[KV_ATTN_MAX_D];
+	kv_exp_fn sum_exp = kv_attn_exp_kernel();
 	int have_rot = 0;
 
 	for (uint32_t h = 0; h < nq; h++)
@@ -194,10 +276,14 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 	for (uint32_t h = 0; h < nq; h++) {
 		float *l = a->logit + (size_t)h * n;
 
-		sum[h] = 0.0f;
-		for (uint32_t i = 0; i < n; i++) {
-			l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - max[h]);
-			sum[h] += l[i];
+		if (sum_exp) {
+			sum[h] = sum_exp(l, n, max[h]);
+		} else {
+			sum[h] = 0.0f;
+			for (uint32_t i = 0; i < n; i++) {
+				l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - max[h]);
+				sum[h] += l[i];
+			}
 		}
 		if (sum[h] > 0.0f) {
 			float inv = 1.0f / sum[h];
@@ -220,40 +306,8 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 	off = 0;
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
-		float *o = (pg->flags & KV_PAGE_ROT) ? a->orot : a->out;
-		kv_accum_fn fast = kv_attn_accum_kernel(pg->fmt, d);
-		int any = 0;
 
-		if (fast) {
-			fast(pg->v, pg->n_used, d, a->logit + off, n, nq, o);
-			st->pages_read++;
-			off += pg->n_used;
-			continue;
-		}
-		for (uint32_t j = 0; j < pg->n_used; j++) {
-			const float *v = vbuf;
-			int need = 0;
-
-			for (uint32_t h = 0; h < nq; h++)
-				if (a->logit[(size_t)h * n + off + j] > 0.0f)
-					need = 1;
-			if (!need)
-				continue;
-			any = 1;
-			if (pg->fmt == KV_FMT_F32)
-				v = (const float *)pg->v + (size_t)j * d;
-			else
-				kv_tier_load_v(pg->fmt, pg->v, pg->cap, d, j, vbuf);
-			for (uint32_t h = 0; h < nq; h++) {
-				float w = a->logit[(size_t)h * n + off + j];
-				float *oh = o + (size_t)h * d;
-
-				if (w > 0.0f)
-					for (uint32_t c = 0; c < d; c++)
-						oh[c] += w * v[c];
-			}
-		}
-		if (any)
+		if (accum_page(pg, d, a->logit + off, n, nq, (pg->flags & KV_PAGE_ROT) ? a->orot : a->out))
 			st->pages_read++;
 		off += pg->n_used;
 	}

@@ -15,6 +15,9 @@ typedef void (*kv_score_fn)(const void *K, uint32_t n, uint32_t d, const float *
 			    float *logit, size_t stride);
 typedef void (*kv_accum_fn)(const void *V, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
 			    float *out);
+/* softmax numerators: l[i] = exp(l[i] - max), exactly 0 where l[i] is -inf;
+ * returns their sum. */
+typedef float (*kv_exp_fn)(float *l, uint32_t n, float max);
 
 void kv_score_f16_avx2(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
 		       float *logit, size_t stride);
@@ -25,10 +28,14 @@ void kv_accum_f16_avx2(const void *V, uint32_t n, uint32_t d, const float *w, si
 void kv_accum_f32_avx2(const void *V, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
 		       float *out);
 
+float kv_exp_avx2(float *l, uint32_t n, float max);
+
 /* Kernels of the format (NULL: the generic slot-by-slot path); d must be a
  * multiple of 8 for the SIMD versions. */
 kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d);
 kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d);
+/* The softmax kernel (NULL: the scalar loop in attn.c). */
+kv_exp_fn kv_attn_exp_kernel(void);
 /* Forces the scalar reference (tests); returns the previous setting. */
 int kv_attn_force_ref(int on);
 

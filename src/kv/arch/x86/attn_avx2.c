@@ -3,6 +3,7 @@
  * CPU. Each kernel handles a page's rows for a group of query heads; the
  * scalar versions in attn.c are the reference they are tested against. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kv/attn_impl.h"
 
@@ -119,4 +120,59 @@ void kv_accum_f32_avx2(const void *V, uint32_t n, uint32_t d, const float *w, si
 				_mm256_storeu_ps(o + c, _mm256_fmadd_ps(ww, _mm256_loadu_ps(vj + c), _mm256_loadu_ps(o + c)));
 		}
 	}
+}
+
+/* exp(x) for x <= 0 (arguments are logits minus their max): 2^k * p(r) with
+ * x = k ln2 + r, |r| <= ln2 / 2, ln2 split in two for the reduction and a
+ * degree-6 polynomial for e^r (relative error about 2e-7). Below -87 the
+ * result is flushed to 0, which the softmax cannot tell from e^-87. */
+static inline __m256 exp_neg(__m256 x)
+{
+	const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+	const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+	__m256 k, r, p, small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+	__m256i e;
+
+	x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+	k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm256_fnmadd_ps(k, ln2_hi, x);
+	r = _mm256_fnmadd_ps(k, ln2_lo, r);
+	p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+	p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+	return _mm256_andnot_ps(small, p);
+}
+
+float kv_exp_avx2(float *l, uint32_t n, float max)
+{
+	const __m256 vmax = _mm256_set1_ps(max), ninf = _mm256_set1_ps(-INFINITY);
+	__m256 acc = _mm256_setzero_ps();
+	uint32_t i = 0;
+	float sum;
+
+	if (max == -INFINITY) { /* nothing visible */
+		for (i = 0; i < n; i++)
+			l[i] = 0.0f;
+		return 0.0f;
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(l + i);
+		__m256 masked = _mm256_cmp_ps(x, ninf, _CMP_EQ_OQ);
+		__m256 y = _mm256_andnot_ps(masked, exp_neg(_mm256_sub_ps(x, vmax)));
+
+		_mm256_storeu_ps(l + i, y);
+		acc = _mm256_add_ps(acc, y);
+	}
+	sum = hsum(acc);
+	for (; i < n; i++) {
+		l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - max);
+		sum += l[i];
+	}
+	return sum;
 }
