@@ -63,6 +63,11 @@ kv_exp_fn kv_attn_exp_kernel(void)
 {
 	return use_simd(8) ? kv_exp_avx2 : NULL;
 }
+
+kv_max_fn kv_attn_max_kernel(void)
+{
+	return use_simd(8) ? kv_max_avx2 : NULL;
+}
 #else
 kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)
 {
@@ -79,6 +84,11 @@ kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
 }
 
 kv_exp_fn kv_attn_exp_kernel(void)
+{
+	return NULL;
+}
+
+kv_max_fn kv_attn_max_kernel(void)
 {
 	return NULL;
 }
@@ -125,6 +135,16 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 				kv_tier_load_k_slots(pg->fmt, pg->k, pg->cap, d, j0, m, kbuf);
 				f32(kbuf, m, d, q, nq, scale, logit + off + j0, n);
 			}
+		}
+		kv_max_fn vmax = kv_attn_max_kernel();
+		int visible = 1;
+
+		for (uint32_t j = 0; j < pg->n_used; j++)
+			visible &= pg->pos[j] <= qpos;
+		if (visible && vmax) { /* decode: every slot is in the past */
+			for (uint32_t h = 0; h < nq; h++)
+				max[h] = vmax(logit + (size_t)h * n + off, pg->n_used, max[h]);
+			return;
 		}
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			for (uint32_t h = 0; h < nq; h++) {

@@ -18,6 +18,8 @@ typedef void (*kv_accum_fn)(const void *V, uint32_t n, uint32_t d, const float *
 /* softmax numerators: l[i] = exp(l[i] - max), exactly 0 where l[i] is -inf;
  * returns their sum. */
 typedef float (*kv_exp_fn)(float *l, uint32_t n, float max);
+/* The largest of m and l[0..n). */
+typedef float (*kv_max_fn)(const float *l, uint32_t n, float m);
 
 void kv_score_f16_avx2(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
 		       float *logit, size_t stride);
@@ -29,6 +31,7 @@ void kv_accum_f32_avx2(const void *V, uint32_t n, uint32_t d, const float *w, si
 		       float *out);
 
 float kv_exp_avx2(float *l, uint32_t n, float max);
+float kv_max_avx2(const float *l, uint32_t n, float m);
 
 /* Kernels of the format (NULL: the generic slot-by-slot path); d must be a
  * multiple of 8 for the SIMD versions. */
@@ -36,6 +39,7 @@ kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d);
 kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d);
 /* The softmax kernel (NULL: the scalar loop in attn.c). */
 kv_exp_fn kv_attn_exp_kernel(void);
+kv_max_fn kv_attn_max_kernel(void);
 /* Forces the scalar reference (tests); returns the previous setting. */
 int kv_attn_force_ref(int on);
 

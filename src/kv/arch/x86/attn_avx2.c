@@ -17,109 +17,147 @@ static inline float hsum(__m256 v)
 	return _mm_cvtss_f32(lo);
 }
 
-/* logit[h*stride + j] = scale * q_h · k_j for rows j < n of f16 keys; d % 8 == 0. */
+#define TILE 16   /* rows converted to f32 at once */
+
+/* The 8 sums of a0..a7 in one vector: lane r = sum of the lanes of ar. */
+static inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+			   __m256 a7)
+{
+	__m256 b0 = _mm256_hadd_ps(a0, a1), b1 = _mm256_hadd_ps(a2, a3);
+	__m256 b2 = _mm256_hadd_ps(a4, a5), b3 = _mm256_hadd_ps(a6, a7);
+	__m256 c0 = _mm256_hadd_ps(b0, b1), c1 = _mm256_hadd_ps(b2, b3);
+	/* c0 = [r0 r1 r2 r3 | r0 r1 r2 r3] halves of rows 0-3, c1 likewise for 4-7 */
+	__m256 lo = _mm256_permute2f128_ps(c0, c1, 0x20), hi = _mm256_permute2f128_ps(c0, c1, 0x31);
+
+	return _mm256_add_ps(lo, hi);
+}
+
+/* Scores of rows j < n of f32 keys k (row stride d) for nq heads: eight rows
+ * at a time per head, their eight dot products reduced together. */
+static void score_f32(const float *k, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
+		      float *logit, size_t stride)
+{
+	const __m256 vs = _mm256_set1_ps(scale);
+
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *qh = q + (size_t)h * d;
+		float *lh = logit + (size_t)h * stride;
+		uint32_t j = 0;
+
+		for (; j + 8 <= n; j += 8) {
+			const float *r = k + (size_t)j * d;
+			__m256 a[8];
+
+			for (int i = 0; i < 8; i++)
+				a[i] = _mm256_setzero_ps();
+			for (uint32_t c = 0; c < d; c += 8) {
+				__m256 qc = _mm256_loadu_ps(qh + c);
+
+				for (int i = 0; i < 8; i++)
+					a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(r + (size_t)i * d + c), qc, a[i]);
+			}
+			_mm256_storeu_ps(lh + j, _mm256_mul_ps(vs, hsum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7])));
+		}
+		for (; j < n; j++) {
+			const float *r = k + (size_t)j * d;
+			__m256 acc = _mm256_setzero_ps();
+
+			for (uint32_t c = 0; c < d; c += 8)
+				acc = _mm256_fmadd_ps(_mm256_loadu_ps(r + c), _mm256_loadu_ps(qh + c), acc);
+			lh[j] = scale * hsum(acc);
+		}
+	}
+}
+
+/* out_h += Σ_j w[h*stride + j] v_j over rows j < n of f32 values (row stride
+ * d), 64 channels at a time in registers; heads whose weights are all zero
+ * are skipped. */
+static void accum_f32(const float *v, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
+		      float *out)
+{
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *wh = w + (size_t)h * stride;
+		float *o = out + (size_t)h * d;
+		int any = 0;
+
+		for (uint32_t j = 0; j < n; j++)
+			any |= wh[j] > 0.0f;
+		if (!any)
+			continue;
+		for (uint32_t c0 = 0; c0 < d; c0 += 64) {
+			uint32_t nc = d - c0 < 64 ? (d - c0) / 8 : 8;
+			__m256 a[8];
+
+			for (uint32_t i = 0; i < nc; i++)
+				a[i] = _mm256_loadu_ps(o + c0 + 8 * i);
+			for (uint32_t j = 0; j < n; j++) {
+				const float *r = v + (size_t)j * d + c0;
+				__m256 ww;
+
+				if (!(wh[j] > 0.0f))
+					continue;
+				ww = _mm256_set1_ps(wh[j]);
+				for (uint32_t i = 0; i < nc; i++)
+					a[i] = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 8 * i), a[i]);
+			}
+			for (uint32_t i = 0; i < nc; i++)
+				_mm256_storeu_ps(o + c0 + 8 * i, a[i]);
+		}
+	}
+}
+
+/* n rows of d f16 values to f32. */
+static void f16_rows(const uint16_t *x, uint32_t n, uint32_t d, float *y)
+{
+	for (size_t i = 0; i < (size_t)n * d; i += 8)
+		_mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+}
+
+/* logit[h*stride + j] = scale * q_h · k_j for rows j < n of f16 keys;
+ * d % 8 == 0, d <= 512 (the largest head the model loader accepts). */
 void kv_score_f16_avx2(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
 		       float *logit, size_t stride)
 {
-	const uint16_t *k = K;
+	float tile[TILE * 512];
 
-	for (uint32_t j = 0; j < n; j++) {
-		const uint16_t *kj = k + (size_t)j * d;
+	for (uint32_t j = 0; j < n; j += TILE) {
+		uint32_t m = n - j < TILE ? n - j : TILE;
 
-		for (uint32_t h = 0; h < nq; h++) {
-			const float *qh = q + (size_t)h * d;
-			__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-			uint32_t c = 0;
-
-			for (; c + 16 <= d; c += 16) {
-				__m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + c)));
-				__m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + c + 8)));
-
-				acc0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(qh + c), acc0);
-				acc1 = _mm256_fmadd_ps(k1, _mm256_loadu_ps(qh + c + 8), acc1);
-			}
-			for (; c < d; c += 8) {
-				__m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kj + c)));
-
-				acc0 = _mm256_fmadd_ps(k0, _mm256_loadu_ps(qh + c), acc0);
-			}
-			logit[(size_t)h * stride + j] = scale * hsum(_mm256_add_ps(acc0, acc1));
-		}
+		f16_rows((const uint16_t *)K + (size_t)j * d, m, d, tile);
+		score_f32(tile, m, d, q, nq, scale, logit + j, stride);
 	}
 }
 
 void kv_score_f32_avx2(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
 		       float *logit, size_t stride)
 {
-	const float *k = K;
-
-	for (uint32_t j = 0; j < n; j++) {
-		const float *kj = k + (size_t)j * d;
-
-		for (uint32_t h = 0; h < nq; h++) {
-			const float *qh = q + (size_t)h * d;
-			__m256 acc = _mm256_setzero_ps();
-
-			for (uint32_t c = 0; c < d; c += 8)
-				acc = _mm256_fmadd_ps(_mm256_loadu_ps(kj + c), _mm256_loadu_ps(qh + c), acc);
-			logit[(size_t)h * stride + j] = scale * hsum(acc);
-		}
-	}
+	score_f32(K, n, d, q, nq, scale, logit, stride);
 }
 
 /* out_h += w[h*stride + j] * v_j over rows j < n with a nonzero weight for some head. */
 void kv_accum_f16_avx2(const void *V, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
 		       float *out)
 {
-	const uint16_t *v = V;
-	__m256 vb[64];
+	float tile[TILE * 512];
 
-	for (uint32_t j = 0; j < n; j++) {
-		const uint16_t *vj = v + (size_t)j * d;
+	for (uint32_t j = 0; j < n; j += TILE) {
+		uint32_t m = n - j < TILE ? n - j : TILE;
 		int any = 0;
 
-		for (uint32_t h = 0; h < nq; h++)
-			any |= w[(size_t)h * stride + j] > 0.0f;
+		for (uint32_t h = 0; h < nq && !any; h++)
+			for (uint32_t i = 0; i < m; i++)
+				any |= w[(size_t)h * stride + j + i] > 0.0f;
 		if (!any)
 			continue;
-		if (d <= 512) {
-			for (uint32_t c = 0; c < d; c += 8)
-				vb[c / 8] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vj + c)));
-			for (uint32_t h = 0; h < nq; h++) {
-				float wh = w[(size_t)h * stride + j];
-				__m256 ww;
-				float *o = out + (size_t)h * d;
-
-				if (wh <= 0.0f)
-					continue;
-				ww = _mm256_set1_ps(wh);
-				for (uint32_t c = 0; c < d; c += 8)
-					_mm256_storeu_ps(o + c, _mm256_fmadd_ps(ww, vb[c / 8], _mm256_loadu_ps(o + c)));
-			}
-		}
+		f16_rows((const uint16_t *)V + (size_t)j * d, m, d, tile);
+		accum_f32(tile, m, d, w + j, stride, nq, out);
 	}
 }
 
 void kv_accum_f32_avx2(const void *V, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
 		       float *out)
 {
-	const float *v = V;
-
-	for (uint32_t j = 0; j < n; j++) {
-		const float *vj = v + (size_t)j * d;
-
-		for (uint32_t h = 0; h < nq; h++) {
-			float wh = w[(size_t)h * stride + j];
-			__m256 ww;
-			float *o = out + (size_t)h * d;
-
-			if (wh <= 0.0f)
-				continue;
-			ww = _mm256_set1_ps(wh);
-			for (uint32_t c = 0; c < d; c += 8)
-				_mm256_storeu_ps(o + c, _mm256_fmadd_ps(ww, _mm256_loadu_ps(vj + c), _mm256_loadu_ps(o + c)));
-		}
-	}
+	accum_f32(V, n, d, w, stride, nq, out);
 }
 
 /* exp(x) for x <= 0 (arguments are logits minus their max): 2^k * p(r) with
@@ -175,4 +213,22 @@ float kv_exp_avx2(float *l, uint32_t n, float max)
 		sum += l[i];
 	}
 	return sum;
+}
+
+float kv_max_avx2(const float *l, uint32_t n, float m)
+{
+	__m256 a = _mm256_set1_ps(m);
+	__m128 r;
+	uint32_t i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		a = _mm256_max_ps(_mm256_loadu_ps(l + i), a);
+	r = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+	r = _mm_max_ss(r, _mm_movehdup_ps(r));
+	m = _mm_cvtss_f32(r);
+	for (; i < n; i++)
+		if (l[i] > m)
+			m = l[i];
+	return m;
 }
