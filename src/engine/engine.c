@@ -212,6 +212,16 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
 	out->gov_runs = s->e->gov_runs;
 }
 
+/* Puts a new sequence on the engine's list of live ones. */
+static void seq_link(struct tkv_engine *e, struct tkv_seq *s)
+{
+	s->next = e->seqs;
+	if (e->seqs)
+		e->seqs->prev = s;
+	e->seqs = s;
+	e->n_seqs++;
+}
+
 int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *err)
 {
 	const struct tkv_model_info *in = &e->model->info;
@@ -229,11 +239,7 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 		return st;
 	}
 	s->budget = e->cfg.seq_budget;
-	s->next = e->seqs;
-	if (e->seqs)
-		e->seqs->prev = s;
-	e->seqs = s;
-	e->n_seqs++;
+	seq_link(e, s);
 	*out = s;
 	return TKV_OK;
 }
@@ -256,11 +262,7 @@ int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_err
 	s->n_past = src->n_past;
 	s->budget = src->budget;
 	s->gov_budget = src->gov_budget;
-	s->next = e->seqs;
-	if (e->seqs)
-		e->seqs->prev = s;
-	e->seqs = s;
-	e->n_seqs++;
+	seq_link(e, s);
 	*out = s;
 	return TKV_OK;
 }
