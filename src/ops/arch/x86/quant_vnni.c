@@ -77,9 +77,14 @@ static inline __attribute__((always_inline)) void q4_0_x8_cols_vnni(int64_t n, c
 	__m256 acc[OPS_PANEL_COLS], corr[OPS_PANEL_COLS];
 	const uint8_t *blk = grp;
 
+	/* few columns (decode): the offset correction rides along in the main
+	 * loop; more would run out of registers, so they take a second pass */
+	const int fold = nc <= 2;
+
 	for (int c = 0; c < nc; c++) {
 		y[c] = (const void *)((const char *)a + (size_t)c * as);
 		acc[c] = _mm256_setzero_ps();
+		corr[c] = _mm256_setzero_ps();
 	}
 	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0) {
 		__m256i isum[OPS_PANEL_COLS];
@@ -96,13 +101,14 @@ static inline __attribute__((always_inline)) void q4_0_x8_cols_vnni(int64_t n, c
 				isum[c] = _mm256_dpbusd_epi32(isum[c], hi, bcast4(y[c][b].qs + 8 * g + 4));
 			}
 		}
-		for (int c = 0; c < nc; c++)
+		for (int c = 0; c < nc; c++) {
 			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
+			if (fold)
+				corr[c] = _mm256_fmadd_ps(d, _mm256_set1_ps(y[c][b].s), corr[c]);
+		}
 	}
-	for (int c = 0; c < nc; c++)
-		corr[c] = _mm256_setzero_ps();
 	blk = grp;
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0) {
+	for (int64_t b = 0; !fold && b < n / 32; b++, blk += OPS_X8_Q4_0) {
 		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
 
 		for (int c = 0; c < nc; c++)
