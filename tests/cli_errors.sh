@@ -82,5 +82,28 @@ expect 0 "" inspect "$model"
 if grep -q "KV bytes per token: 640 (f16)" "$tmp/out"; then pass=$((pass + 1)); else echo "FAIL: inspect lacks the KV bytes per token"; fail=$((fail + 1)); fi
 expect 0 "" run --temp 0 -n 8
 
+# bench: usage errors, then a small run of two policies at two budgets on
+# copies of one filled sequence (JSON lines: one per policy x budget, full
+# only uncapped; the capped tiered run holds at most its share of f16 bytes)
+expect 2 "not in" bench -m "$model" --budgets 1.5
+expect 2 "unknown policy" bench -m "$model" --policies full,nope
+expect 2 "use --policies" bench -m "$model" --kv-policy tiered
+expect 2 "unknown option" bench -m "$model" --kv-bogus 1
+expect 0 "" bench -m "$model" -p 0 -n 16 -d 200 -r 2 --policies full,tiered --budgets 1,0.3 --no-bandwidth -o json
+if python3 - "$tmp/out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
+got = sorted((r['kv_policy'], r['kv_budget']) for r in rows)
+assert got == [('full', 1), ('tiered', 0.3), ('tiered', 1)], got
+for r in rows:
+    assert r['test'] == 'tg16 @ d200' and r['avg_ts'] > 0 and len(r['samples_ts']) == 2, r
+    share = r['kv_bytes'] / r['kv_full_f16']
+    if r['kv_budget'] < 1:
+        assert share <= 0.3 * 1.02, share
+    else:
+        assert abs(share - 1) < 0.01, share
+PY
+then pass=$((pass + 1)); else echo "FAIL: bench --policies/--budgets: $(cat "$tmp/out")"; fail=$((fail + 1)); fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
