@@ -146,7 +146,7 @@ static int generate(struct run *r, struct tkv_alloc *a, struct tkv_seq *s, const
 	return st;
 }
 
-/* Tiered policy under a per-sequence cap of 8 tokens' f16 K+V (2 sinks, a
+/* Tiered policy under a per-sequence cap of 12 x 640 bytes of K+V (2 sinks, a
  * window of 4): two sequences of 12 + 10 tokens, decoded in turns, demote and
  * then evict. */
 static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
@@ -156,7 +156,7 @@ static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	int32_t ids[2][12], next[2];
 	int st;
 
-	ep.kv.seq_budget = 16 * 640;
+	ep.kv.seq_budget = 12 * 640;
 	ep.kv.n_window = 4;
 	ep.kv.n_sink = 2;
 	if ((st = load(r, a, &ep, err)))
@@ -180,7 +180,7 @@ static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 }
 
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
- * of 32 KiB that two sequences outgrow after some 12 tokens each. */
+ * of 48 KiB that two sequences outgrow after some 12 tokens each. */
 static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct tkv_engine_params ep = base_params();
@@ -189,7 +189,7 @@ static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err
 	int st;
 
 	ep.n_threads = 2;
-	ep.kv_mem = 64 << 10;
+	ep.kv_mem = 48 << 10;
 	ep.kv.n_window = 4;
 	ep.kv.n_sink = 2;
 	if ((st = load(r, a, &ep, err)))

@@ -454,7 +454,7 @@ static void test_params(void **state)
 	kv_seq_free(NULL);
 }
 
-/* Page sizes: a 64-byte multiple, the header, pos, score and the K and V
+/* Page sizes: a 32-byte multiple, the header, pos, score and the K and V
  * regions of tier.h, with at most one cache line of padding per region. */
 static void test_page_bytes(void **state)
 {
@@ -470,7 +470,7 @@ static void test_page_bytes(void **state)
 				size_t b = kv_page_bytes(cap, hd, f);
 
 				assert_int_equal(kv_page_kv_bytes(cap, hd, f), kvb);
-				assert_int_equal(b % 64, 0);
+				assert_int_equal(b % 32, 0);
 				assert_true(b >= lo);
 				assert_true(b < lo + 5 * 64);
 			}
@@ -532,11 +532,11 @@ static void test_page_layout(void **state)
 					assert_int_equal(pg->head_dim, hd);
 					assert_true(lo % 64 == 0);
 					assert_true((uintptr_t)pg->pos % 64 == 0 && (uintptr_t)pg->pos >= lo + sizeof *pg);
-					assert_true((uintptr_t)pg->score % 64 == 0 &&
+					assert_true((uintptr_t)pg->score % 16 == 0 &&
 						    (uintptr_t)pg->score >= (uintptr_t)(pg->pos + cap));
-					assert_true((uintptr_t)pg->k % 64 == 0 &&
+					assert_true((uintptr_t)pg->k % 32 == 0 &&
 						    (uintptr_t)pg->k >= (uintptr_t)(pg->score + cap));
-					assert_true((uintptr_t)pg->v % 64 == 0 &&
+					assert_true((uintptr_t)pg->v % 32 == 0 &&
 						    (uintptr_t)pg->v >= (uintptr_t)pg->k + kv_tier_k_bytes(f, cap, hd));
 					assert_true((uintptr_t)pg->v + kv_tier_v_bytes(f, cap, hd) <= hi);
 
@@ -757,6 +757,7 @@ static void test_pages_on_demand(void **state)
 	const uint32_t L = 3, H = 2, HD = 16, P = 16;
 	struct kv_pool *pool = make_pool(0, P, KV_FMT_F16, &a);
 	size_t live0 = atomic_load(&a.live), pb = kv_page_bytes(P, HD, KV_FMT_F16);
+	size_t pm = kv_page_bytes(KV_PAGE_MIN, HD, KV_FMT_F16);
 	struct kv_seq *s = make_seq(pool, L, H, HD, &a);
 	struct kv_pool_stats st;
 	struct tkv_error err = {0};
@@ -772,24 +773,26 @@ static void test_pages_on_demand(void **state)
 		assert_int_equal(s->streams[i].kv_bytes, 0);
 	}
 
+	/* the first token takes one small page per stream (dynamic chunking) */
 	assert_int_equal(kv_seq_reserve(s, 1, &err), TKV_OK);
 	append_token(s, 7, 0);
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.n_pages, L * H);
-	assert_int_equal(st.allocated, L * H * pb);
-	assert_int_equal(st.used, L * H * share(pb, 1, P));
+	assert_int_equal(st.allocated, L * H * pm);
+	assert_int_equal(st.used, L * H * share(pm, 1, KV_PAGE_MIN));
 	assert_int_equal(st.kv_bytes, L * H * 2 * HD * 2);
 	assert_int_equal(st.fmt_slots[KV_FMT_F16], L * H);
 	for (uint32_t i = 0; i < L * H; i++) {
 		assert_int_equal(s->streams[i].n_pages, 1);
 		assert_int_equal(s->streams[i].n_tokens, 1);
-		assert_int_equal(s->streams[i].hot_free, P - 1);
+		assert_int_equal(s->streams[i].hot_free, KV_PAGE_MIN - 1);
 		assert_int_equal(s->streams[i].kv_bytes, 2 * HD * 2); /* one filled f16 slot */
+		assert_int_equal(s->streams[i].n_small, 1);
 	}
 	check_acct1(pool, s);
 
 	/* the rest of the first page needs nothing new */
-	for (uint32_t t = 1; t < P; t++) {
+	for (uint32_t t = 1; t < KV_PAGE_MIN; t++) {
 		assert_int_equal(kv_seq_reserve(s, 1, &err), TKV_OK);
 		append_token(s, 7, (int32_t)t);
 	}
@@ -797,22 +800,59 @@ static void test_pages_on_demand(void **state)
 	assert_int_equal(st.n_pages, L * H);
 	assert_int_equal(st.pages_allocated, L * H);
 	assert_int_equal(s->streams[0].hot_free, 0);
-	/* token P + 1 takes a second page per stream */
+	/* the next token takes a second small page: a stream of 4 slots may
+	 * leave no more than 1/32 of itself empty, so the least, KV_PAGE_MIN */
+	assert_int_equal(kv_seq_reserve_bytes(s, 1), L * H * pm);
 	assert_int_equal(kv_seq_reserve(s, 1, &err), TKV_OK);
-	append_token(s, 7, (int32_t)P);
+	append_token(s, 7, (int32_t)KV_PAGE_MIN);
 	kv_pool_stats(pool, &st);
 	assert_int_equal(st.n_pages, 2 * L * H);
-	assert_int_equal(st.allocated, 2 * L * H * pb);
-	check_contents(s, 7, P + 1);
+	assert_int_equal(st.allocated, 2 * L * H * pm);
+	check_contents(s, 7, KV_PAGE_MIN + 1);
 	check_acct1(pool, s);
-	/* appended in order: token t in page t / P, slot t % P */
-	for (uint32_t t = 0; t <= P; t++)
-		assert_int_equal(s->streams[0].pages[t / P]->pos[t % P], (int32_t)t);
+	/* appended in order: token t in page t / KV_PAGE_MIN */
+	for (uint32_t t = 0; t <= KV_PAGE_MIN; t++)
+		assert_int_equal(s->streams[0].pages[t / KV_PAGE_MIN]->pos[t % KV_PAGE_MIN], (int32_t)t);
+	/* a chunk that fills the second page, two full pages and a small one */
+	{
+		uint32_t n_new = (KV_PAGE_MIN - 1) + 2 * P + KV_PAGE_MIN, end = KV_PAGE_MIN + 1 + n_new;
+
+		assert_int_equal(kv_seq_reserve_bytes(s, n_new), L * H * (2 * pb + pm));
+		assert_int_equal(kv_seq_reserve(s, n_new, &err), TKV_OK);
+		for (uint32_t t = KV_PAGE_MIN + 1; t < end; t++)
+			append_token(s, 7, (int32_t)t);
+		kv_pool_stats(pool, &st);
+		assert_int_equal(st.n_pages, 5 * L * H);
+		assert_int_equal(st.allocated, L * H * (3 * pm + 2 * pb));
+		assert_int_equal(st.used, st.allocated);
+		check_contents(s, 7, end);
+		check_acct1(pool, s);
+		/* compaction merges the three small pages into one right-sized page */
+		for (uint32_t i = 0; i < L * H; i++) {
+			assert_true(kv_stream_untidy(&s->streams[i]) == (3 >= KV_UNTIDY_PAGES));
+			assert_int_equal(kv_stream_compact(s, &s->streams[i]), TKV_OK);
+			assert_int_equal(s->streams[i].n_pages, 3);
+			assert_int_equal(s->streams[i].n_small, 1);
+		}
+		kv_pool_stats(pool, &st);
+		assert_int_equal(st.allocated, L * H * (2 * pb + kv_page_bytes(3 * KV_PAGE_MIN, HD, KV_FMT_F16)));
+		assert_int_equal(st.used, st.allocated);
+		assert_int_equal(st.compact_slots, L * H * 3 * KV_PAGE_MIN);
+		assert_int_equal(st.compact_bytes, L * H * kv_page_kv_bytes(3 * KV_PAGE_MIN, HD, KV_FMT_F16));
+		assert_true(st.compactions == L * H && st.compact_ns > 0);
+		assert_int_equal(st.compact_freed, L * H * (3 * pm - kv_page_bytes(3 * KV_PAGE_MIN, HD, KV_FMT_F16)));
+		check_contents(s, 7, end);
+		check_acct1(pool, s);
+		/* nothing left to do */
+		assert_int_equal(kv_stream_compact(s, &s->streams[0]), TKV_OK);
+		kv_pool_stats(pool, &st);
+		assert_int_equal(st.compactions, L * H);
+	}
 
 	/* reserving 0 is a no-op */
 	assert_int_equal(kv_seq_reserve(s, 0, &err), TKV_OK);
 	kv_pool_stats(pool, &st);
-	assert_int_equal(st.n_pages, 2 * L * H);
+	assert_int_equal(st.n_pages, 3 * L * H);
 
 	kv_seq_clear(s);
 	kv_pool_stats(pool, &st);
@@ -1258,6 +1298,50 @@ static void build_holey(struct kv_seq *s, struct kv_stream *st, struct kv_page *
 	remove_and_check(s, st, 11, 4);
 }
 
+/* After a compaction: every slot still there with its position, score,
+ * format and rotation; per-slot formats and every value bit for bit (a value
+ * row re-packs to itself); q4/q2 keys within half a step of their page's
+ * channel range (rotated pages: per element at most the 2-norm of that
+ * error). */
+static void check_rows_kept(const struct stream_rows *before_, const struct stream_rows *after_)
+{
+#define before (*before_)
+#define after (*after_)
+	for (int32_t pos = 0; pos < MAX_POS; pos++) {
+		assert_int_equal(after.present[pos], before.present[pos]);
+		if (!before.present[pos])
+			continue;
+		assert_int_equal(after.fmt[pos], before.fmt[pos]);
+		assert_int_equal(after.rot[pos], before.rot[pos]);
+		assert_true(after.score[pos] == before.score[pos]);
+		assert_memory_equal(after.v[pos], before.v[pos], sizeof after.v[pos]);
+		if (!kv_fmt_packed(after.fmt[pos])) {
+			assert_memory_equal(after.k[pos], before.k[pos], sizeof after.k[pos]);
+		} else {
+			/* re-quantized once with the receiving page's parameters: within half
+			 * a step of its channel range (rotated pages: per element at most
+			 * the 2-norm of that error) */
+			const struct kv_page *pg = after.page[pos];
+			float kmin[16], kmax[16];
+			double L = pg->fmt == KV_FMT_Q4 ? 15.0 : 3.0, e2 = 0.0, worst = 0.0;
+
+			kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, 16, pg->n_used, kmin, kmax);
+			for (uint32_t c = 0; c < 16; c++) {
+				double step = ((double)kmax[c] - kmin[c]) / L, e = fabs(after.k[pos][c] - before.k[pos][c]);
+
+				e2 += step * step / 4.0;
+				worst = fmax(worst, e - (after.rot[pos] ? 0.0 : step / 2.0 * (1.0 + 0x1p-10)));
+			}
+			if (after.rot[pos])
+				assert_true(worst <= sqrt(e2) * (1.0 + 0x1p-10) + 1e-4);
+			else
+				assert_true(worst <= 1e-5);
+		}
+	}
+#undef before
+#undef after
+}
+
 /* kv_stream_compact: at most one partial page per format and rotation is left
  * (frozen pages aside, untouched), the positions, scores and the decoded rows
  * of per-slot formats are unchanged bit for bit, q4/q2 values too (a value
@@ -1303,37 +1387,7 @@ static void test_stream_compact(void **state)
 				continue;
 			assert_false(x->n_used < x->cap && y->n_used < y->cap);
 		}
-	for (int32_t pos = 0; pos < MAX_POS; pos++) {
-		assert_int_equal(after.present[pos], before.present[pos]);
-		if (!before.present[pos])
-			continue;
-		assert_int_equal(after.fmt[pos], before.fmt[pos]);
-		assert_int_equal(after.rot[pos], before.rot[pos]);
-		assert_true(after.score[pos] == before.score[pos]);
-		assert_memory_equal(after.v[pos], before.v[pos], sizeof after.v[pos]);
-		if (!kv_fmt_packed(after.fmt[pos])) {
-			assert_memory_equal(after.k[pos], before.k[pos], sizeof after.k[pos]);
-		} else {
-			/* re-quantized once with the receiving page's parameters: within half
-			 * a step of its channel range (rotated pages: per element at most
-			 * the 2-norm of that error) */
-			const struct kv_page *pg = after.page[pos];
-			float kmin[16], kmax[16];
-			double L = pg->fmt == KV_FMT_Q4 ? 15.0 : 3.0, e2 = 0.0, worst = 0.0;
-
-			kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, 16, pg->n_used, kmin, kmax);
-			for (uint32_t c = 0; c < 16; c++) {
-				double step = ((double)kmax[c] - kmin[c]) / L, e = fabs(after.k[pos][c] - before.k[pos][c]);
-
-				e2 += step * step / 4.0;
-				worst = fmax(worst, e - (after.rot[pos] ? 0.0 : step / 2.0 * (1.0 + 0x1p-10)));
-			}
-			if (after.rot[pos])
-				assert_true(worst <= sqrt(e2) * (1.0 + 0x1p-10) + 1e-4);
-			else
-				assert_true(worst <= 1e-5);
-		}
-	}
+	check_rows_kept(&before, &after);
 	/* nothing left to do the second time */
 	{
 		static struct seq_shape shape;
@@ -1347,57 +1401,62 @@ static void test_stream_compact(void **state)
 	assert_int_equal(atomic_load(&a.live), 0);
 }
 
-/* Compaction without scratch for a re-pack: TKV_ERR_NOMEM, the q4/q2 pages
- * exactly as they were, the others compacted, accounting exact. */
+/* Compaction when allocations fail: every allocation call of a compaction
+ * failed in turn (alone, and with every later one): TKV_OK or TKV_ERR_NOMEM,
+ * every slot kept as check_rows_kept says, accounting exact, nothing leaked;
+ * a compaction with the allocator back finishes the job (one partial page
+ * per group at most). */
 static void test_stream_compact_nomem(void **state)
 {
-	struct tkv_alloc a = {0};
-	struct kv_pool *pool = make_pool(0, 4, KV_FMT_F16, &a);
-	struct kv_seq *s = make_seq(pool, 1, 1, 16, &a);
-	struct kv_stream *st = kv_seq_stream(s, 0, 0);
 	static struct stream_rows before, after;
-	struct kv_page *frozen, *packed[16];
-	uint32_t packed_used[16], n_packed = 0;
+	int n_nomem = 0;
 
 	(void)state;
-	build_holey(s, st, &frozen);
-	rows_of(st, 16, &before);
-	for (uint32_t p = 0; p < st->n_pages; p++)
-		if (kv_fmt_packed(st->pages[p]->fmt)) {
-			packed_used[n_packed] = st->pages[p]->n_used;
-			packed[n_packed++] = st->pages[p];
-		}
-	for (unsigned long long k = 1; k <= 2; k++) {
-		a.fail_at = atomic_load(&a.n_calls) + k;
-		a.fail_count = 1;
-		assert_int_equal(kv_stream_compact(s, st), TKV_ERR_NOMEM);
-		a.fail_at = 0;
-		check_acct1(pool, s);
-		rows_of(st, 16, &after);
-		for (uint32_t i = 0; i < n_packed; i++)
-			assert_int_equal(packed[i]->n_used, packed_used[i]);
-		for (int32_t pos = 0; pos < MAX_POS; pos++) {
-			assert_int_equal(after.present[pos], before.present[pos]);
-			if (before.present[pos]) {
-				assert_memory_equal(after.k[pos], before.k[pos], sizeof after.k[pos]);
-				assert_memory_equal(after.v[pos], before.v[pos], sizeof after.v[pos]);
-			}
-		}
-	}
-	/* the per-slot groups were compacted all the same */
-	for (uint32_t p = 0; p < st->n_pages; p++)
-		for (uint32_t q = p + 1; q < st->n_pages; q++) {
-			const struct kv_page *x = st->pages[p], *y = st->pages[q];
+	for (unsigned long long k = 1;; k++) {
+		bool done = false;
 
-			if (x == frozen || y == frozen || x->fmt != y->fmt || kv_fmt_packed(x->fmt))
-				continue;
-			assert_false(x->n_used < x->cap && y->n_used < y->cap);
+		for (unsigned long long count = 0; count <= 1; count++) {
+			struct tkv_alloc a = {0};
+			struct kv_pool *pool = make_pool(0, 4, KV_FMT_F16, &a);
+			struct kv_seq *s = make_seq(pool, 1, 1, 16, &a);
+			struct kv_stream *st = kv_seq_stream(s, 0, 0);
+			struct kv_page *frozen;
+			unsigned long long calls;
+			int rc;
+
+			build_holey(s, st, &frozen);
+			rows_of(st, 16, &before);
+			calls = atomic_load(&a.n_calls);
+			a.fail_at = calls + k;
+			a.fail_count = count;
+			rc = kv_stream_compact(s, st);
+			a.fail_at = 0;
+			assert_true(rc == TKV_OK || rc == TKV_ERR_NOMEM);
+			n_nomem += rc == TKV_ERR_NOMEM;
+			/* fewer than k calls: the whole compaction ran unhurt */
+			done = atomic_load(&a.n_calls) < calls + k;
+			check_acct1(pool, s);
+			rows_of(st, 16, &after);
+			check_rows_kept(&before, &after);
+			assert_int_equal(kv_stream_compact(s, st), TKV_OK);
+			check_acct1(pool, s);
+			for (uint32_t p = 0; p < st->n_pages; p++)
+				for (uint32_t q = p + 1; q < st->n_pages; q++) {
+					const struct kv_page *x = st->pages[p], *y = st->pages[q];
+
+					if (x == frozen || y == frozen || x->fmt != y->fmt ||
+					    (x->flags & KV_PAGE_ROT) != (y->flags & KV_PAGE_ROT))
+						continue;
+					assert_false(x->n_used < x->cap && y->n_used < y->cap);
+				}
+			kv_seq_free(s);
+			kv_pool_free(pool);
+			assert_int_equal(atomic_load(&a.live), 0);
 		}
-	assert_int_equal(kv_stream_compact(s, st), TKV_OK);
-	check_acct1(pool, s);
-	kv_seq_free(s);
-	kv_pool_free(pool);
-	assert_int_equal(atomic_load(&a.live), 0);
+		if (done)
+			break;
+	}
+	assert_true(n_nomem > 0);
 }
 
 /* ---- random accounting ---------------------------------------------------------- */

@@ -313,6 +313,7 @@ static size_t seq_cap(const struct tkv_seq *s)
 struct maint_job {
 	struct tkv_engine *e;
 	struct tkv_seq *s;
+	bool policy;  /* the policy has work (a cap, or it always acts) */
 	int status;   /* first failure, written under the race-free rule below */
 };
 
@@ -323,8 +324,11 @@ static void maint_worker(void *ctx, int ith, int nth)
 	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
 
 	for (size_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
-		int st = kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]);
+		int st = j->policy ? kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]) : TKV_OK;
 
+		/* a growing stream's small pages are merged once there are a few */
+		if (!st && kv_stream_untidy(&kv->streams[i]))
+			st = kv_stream_compact(kv, &kv->streams[i]);
 		if (st)
 			j->status = st; /* any failure will do: all are NOMEM */
 	}
@@ -333,12 +337,17 @@ static void maint_worker(void *ctx, int ith, int nth)
 /* Applies the sequence's cap to its streams and lets the policy enforce it. */
 static int seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
 {
-	struct maint_job j = { e, s, TKV_OK };
+	struct maint_job j = { e, s, false, TKV_OK };
+	size_t n = (size_t)s->kv->n_layer * s->kv->n_kv_head;
+	bool tidy = false;
 
-	if (!e->cfg.evicts)
-		return TKV_OK;
-	kv_policy_split_budget(&e->cfg, s->kv, seq_cap(s));
-	if (seq_cap(s) == 0 && !e->cfg.always)
+	if (e->cfg.evicts) {
+		kv_policy_split_budget(&e->cfg, s->kv, seq_cap(s));
+		j.policy = seq_cap(s) != 0 || e->cfg.always;
+	}
+	for (size_t i = 0; i < n && !tidy; i++)
+		tidy = kv_stream_untidy(&s->kv->streams[i]);
+	if (!j.policy && !tidy)
 		return TKV_OK;
 	tpool_run(e->tp, maint_worker, &j);
 	return j.status;
@@ -430,13 +439,10 @@ int tkv_seq_publish_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, stru
 	return TKV_OK;
 }
 
-/* Bytes of new pages a sequence may need for c more tokens (an upper bound). */
-static size_t need_bytes(const struct tkv_engine *e, uint32_t c)
+/* Bytes of new pages a sequence needs for c more tokens. */
+static size_t need_bytes(const struct tkv_seq *s, uint32_t c)
 {
-	const struct tkv_model_info *in = &e->model->info;
-
-	return (size_t)in->n_layer * in->n_kv_head * ((c + e->params.page_tokens - 1) / e->params.page_tokens) *
-	       kv_page_bytes(e->params.page_tokens, in->head_dim, kv_pool_fmt(e->pool));
+	return kv_seq_reserve_bytes(s->kv, c);
 }
 
 static int check_tokens(const struct tkv_engine *e, const struct tkv_seq *s, const int32_t *ids, size_t n,
@@ -484,7 +490,7 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 		uint32_t n_out = 0;
 		float *lg = NULL;
 
-		if ((st = govern(e, need_bytes(e, c))))
+		if ((st = govern(e, need_bytes(s, c))))
 			return tkv_errf(err, st, "out of memory while making room in the KV cache");
 		if ((st = kv_seq_reserve(s->kv, c, err)))
 			return st;
@@ -545,7 +551,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 			seg_item[n_segs++] = i;
 			memcpy(ids + rows, it->ids + done[i], c * sizeof *ids);
 			rows += c;
-			need += need_bytes(e, c);
+			need += need_bytes(it->seq, c);
 		}
 		if (n_segs == 0)
 			break;

@@ -234,19 +234,20 @@ static double slot_cost(uint32_t fmt, uint32_t cap, uint32_t d)
 	return (double)kv_page_kv_bytes(cap, d, fmt) / cap;
 }
 
-static uint32_t fmt_cap(const struct kv_cfg *c, uint32_t fmt)
+/* Slots of a stream's full-size pages of a format (the layer plan's). */
+static uint32_t fmt_cap(const struct kv_cfg *c, const struct kv_stream *st, uint32_t fmt)
 {
-	return fmt == c->hot_fmt ? c->page_tokens : c->low_cap;
+	return fmt == c->hot_fmt ? st->page_tokens : st->low_cap;
 }
 
 /* How far below its budget maintenance brings a stream, so the next tokens
  * fit without another round: a page of hot slots, at most a quarter. */
-static double maint_slack(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
+static double maint_slack(const struct kv_cfg *c, uint32_t page_tokens, size_t budget, uint32_t head_dim)
 {
-	return fmin((double)kv_page_kv_bytes(c->page_tokens, head_dim, c->hot_fmt), budget / 4.0);
+	return fmin((double)kv_page_kv_bytes(page_tokens, head_dim, c->hot_fmt), budget / 4.0);
 }
 
-uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
+static uint32_t window_of(const struct kv_cfg *c, uint32_t page_tokens, size_t budget, uint32_t head_dim)
 {
 	double w;
 	uint32_t least = c->n_window < 4 ? c->n_window : 4;
@@ -254,16 +255,22 @@ uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_d
 	if (budget == 0)
 		return c->n_window;
 	/* of what maintenance aims for: a page (at most a quarter) below the budget */
-	w = KV_WINDOW_SHARE * ((double)budget - maint_slack(c, budget, head_dim)) /
-	    slot_cost(c->hot_fmt, c->page_tokens, head_dim) - (double)c->n_sink;
+	w = KV_WINDOW_SHARE * ((double)budget - maint_slack(c, page_tokens, budget, head_dim)) /
+	    slot_cost(c->hot_fmt, page_tokens, head_dim) - (double)c->n_sink;
 	if (w >= (double)c->n_window)
 		return c->n_window;
 	return w < (double)least ? least : (uint32_t)w;
 }
 
-void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
+uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
 {
-	size_t n = (size_t)s->n_layer * s->n_kv_head;
+	return window_of(c, c->page_tokens, budget, head_dim);
+}
+
+/* Splits `bytes` over the n streams from `first` (see kv_policy_split_budget). */
+static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first, size_t n, size_t bytes)
+{
+	struct kv_stream *sts = s->streams + first;
 	double floor_b = (c->n_sink + c->n_window) * slot_cost(c->hot_fmt, c->page_tokens, s->head_dim);
 	double total = 0.0, *w;
 
@@ -278,17 +285,17 @@ void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t byt
 
 	if (bytes == 0 || !c->adaptive) {
 		for (size_t i = 0; i < n; i++)
-			s->streams[i].budget = bytes / n;
+			sts[i].budget = bytes / n;
 		return;
 	}
 	w = tkv_malloc(s->alloc, n * sizeof *w);
 	if (!w) { /* no scratch: fall back to an even split */
 		for (size_t i = 0; i < n; i++)
-			s->streams[i].budget = bytes / n;
+			sts[i].budget = bytes / n;
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct kv_stream *st = &s->streams[i];
+		const struct kv_stream *st = &sts[i];
 		double span = st->ent_n ? exp(st->ent_sum / (double)st->ent_n / c->group) : 1.0;
 
 		w[i] = span;
@@ -301,9 +308,27 @@ void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t byt
 		if (spare < 0)
 			spare = 0;
 		for (size_t i = 0; i < n; i++)
-			s->streams[i].budget = (size_t)(fmin(floor_b, (double)bytes / n) + spare * w[i] / total);
+			sts[i].budget = (size_t)(fmin(floor_b, (double)bytes / n) + spare * w[i] / total);
 	}
 	tkv_free(s->alloc, w);
+}
+
+void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
+{
+	double wsum = 0.0;
+
+	if (!s->plan_set || bytes == 0) {
+		split_streams(c, s, 0, (size_t)s->n_layer * s->n_kv_head, bytes);
+		return;
+	}
+	/* a layer plan: each layer's share by its weight, then within the layer */
+	for (uint32_t l = 0; l < s->n_layer; l++)
+		wsum += s->layer_weight[l];
+	for (uint32_t l = 0; l < s->n_layer; l++) {
+		double b = wsum > 0 ? (double)bytes * s->layer_weight[l] / wsum : (double)bytes / s->n_layer;
+
+		split_streams(c, s, (size_t)l * s->n_kv_head, s->n_kv_head, b < 1.0 ? 1 : (size_t)b);
+	}
 }
 
 /* ---- maintenance ------------------------------------------------------------- */
@@ -528,7 +553,7 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t fmt,
 		struct moved *mv, uint32_t n_mv, float *K, float *V)
 {
-	uint32_t d = s->head_dim, cap = fmt_cap(c, fmt), done = 0;
+	uint32_t d = s->head_dim, cap = fmt_cap(c, st, fmt), done = 0;
 	bool rot = c->rotate && fmt != c->hot_fmt;
 	int why;
 
@@ -646,10 +671,10 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		goto out;
 	}
 	for (uint32_t t = 0; t < c->n_tiers; t++)
-		cost[t] = slot_cost(c->tier_fmt[t], fmt_cap(c, c->tier_fmt[t]), d);
+		cost[t] = slot_cost(c->tier_fmt[t], fmt_cap(c, st, c->tier_fmt[t]), d);
 
 	if (isfinite(target))
-		n_window = kv_policy_window(c, st->budget, d);
+		n_window = window_of(c, st->page_tokens, st->budget, d);
 	/* candidates: every slot outside the sinks and the recent window */
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
@@ -716,7 +741,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 
 	/* lift the moving slots out, in model space */
 	if (n_mv) {
-		uint32_t cap_max = c->low_cap > c->page_tokens ? c->low_cap : c->page_tokens;
+		uint32_t cap_max = st->low_cap > st->page_tokens ? st->low_cap : st->page_tokens;
 
 		mv = tkv_malloc(s->alloc, (size_t)n_mv * sizeof *mv);
 		buf = tkv_malloc(s->alloc, (size_t)n_mv * 2 * d * sizeof(float));
@@ -849,13 +874,13 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 		}
 	}
 	/* aim a page below the budget so the next tokens fit without another round */
-	slack = maint_slack(c, st->budget, s->head_dim);
+	slack = maint_slack(c, st->page_tokens, st->budget, s->head_dim);
 	target = (double)st->budget - slack;
 	/* pages hold whole slots and every tier in use holds a page of its own:
 	 * while over, tighten by the overshoot, at least the dearest page, until
 	 * nothing unprotected is left to give */
 	for (uint32_t t = 0; t < c->n_tiers; t++)
-		step = fmax(step, (double)kv_page_kv_bytes(fmt_cap(c, c->tier_fmt[t]), s->head_dim, c->tier_fmt[t]));
+		step = fmax(step, (double)kv_page_kv_bytes(fmt_cap(c, st, c->tier_fmt[t]), s->head_dim, c->tier_fmt[t]));
 	while (st->kv_bytes > st->budget && rc == TKV_OK) {
 		rc = maintain_round(c, s, st, target);
 		if (target < 0)

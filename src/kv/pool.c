@@ -16,8 +16,12 @@ struct kv_pool {
 	struct kv_pool_stats st;     /* guarded by lock */
 };
 
+/* The header starts a cache line and so does pos; score follows pos at 16
+ * bytes and K and V at 32 (an AVX load), so a small page pays little padding. */
 #define KV_ALIGN 64
-#define ROUND_UP(x) (((x) + KV_ALIGN - 1) & ~(size_t)(KV_ALIGN - 1))
+#define KV_META_ALIGN 16
+#define KV_DATA_ALIGN 32
+#define ROUND_UP(x, a) (((x) + (a) - 1) & ~(size_t)((a) - 1))
 
 struct kv_pool_params kv_pool_default_params(void)
 {
@@ -30,15 +34,26 @@ size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 	return kv_tier_k_bytes(fmt, cap, head_dim) + kv_tier_v_bytes(fmt, cap, head_dim);
 }
 
+/* Offsets of a page's regions from its start (see pool.h). */
+struct page_layout {
+	size_t pos, score, k, v, end;
+};
+
+static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt)
+{
+	struct page_layout l;
+
+	l.pos = ROUND_UP(sizeof(struct kv_page), KV_ALIGN);
+	l.score = ROUND_UP(l.pos + (size_t)cap * sizeof(int32_t), KV_META_ALIGN);
+	l.k = ROUND_UP(l.score + (size_t)cap * sizeof(float), KV_DATA_ALIGN);
+	l.v = ROUND_UP(l.k + kv_tier_k_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
+	l.end = ROUND_UP(l.v + kv_tier_v_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
+	return l;
+}
+
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 {
-	size_t n = ROUND_UP(sizeof(struct kv_page));
-
-	n += ROUND_UP((size_t)cap * sizeof(int32_t));
-	n += ROUND_UP((size_t)cap * sizeof(float));
-	n += ROUND_UP(kv_tier_k_bytes(fmt, cap, head_dim));
-	n += ROUND_UP(kv_tier_v_bytes(fmt, cap, head_dim));
-	return n;
+	return layout(cap, head_dim, fmt).end;
 }
 
 int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tkv_alloc *a,
@@ -100,7 +115,8 @@ int kv_pool_can_fit(struct kv_pool *p, size_t bytes)
 
 struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, int *why)
 {
-	size_t bytes = kv_page_bytes(cap, head_dim, fmt), off;
+	size_t bytes = kv_page_bytes(cap, head_dim, fmt);
+	struct page_layout lay;
 	struct kv_page *pg;
 	unsigned char *base;
 
@@ -131,14 +147,11 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, 
 	pg->head_dim = head_dim;
 	pg->bytes = bytes;
 	pg->kv_bytes = kv_page_kv_bytes(cap, head_dim, fmt);
-	off = ROUND_UP(sizeof *pg);
-	pg->pos = (int32_t *)(base + off);
-	off += ROUND_UP((size_t)cap * sizeof(int32_t));
-	pg->score = (float *)(base + off);
-	off += ROUND_UP((size_t)cap * sizeof(float));
-	pg->k = base + off;
-	off += ROUND_UP(kv_tier_k_bytes(fmt, cap, head_dim));
-	pg->v = base + off;
+	lay = layout(cap, head_dim, fmt);
+	pg->pos = (int32_t *)(base + lay.pos);
+	pg->score = (float *)(base + lay.score);
+	pg->k = base + lay.k;
+	pg->v = base + lay.v;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->st.allocated > p->st.peak_allocated)
@@ -199,6 +212,17 @@ void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out)
 {
 	pthread_mutex_lock(&p->lock);
 	*out = p->st;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kv_pool_note_compact(struct kv_pool *p, uint64_t slots, uint64_t bytes, uint64_t ns, size_t freed)
+{
+	pthread_mutex_lock(&p->lock);
+	p->st.compactions++;
+	p->st.compact_slots += slots;
+	p->st.compact_bytes += bytes;
+	p->st.compact_ns += ns;
+	p->st.compact_freed += freed;
 	pthread_mutex_unlock(&p->lock);
 }
 

@@ -1,8 +1,8 @@
 /* pool.h - the KV page pool: one byte budget, pages allocated on demand.
  *
  * A page holds up to `cap` token slots of one (sequence, layer, KV head) stream
- * in one storage format (tier.h). Layout of a page (one allocation, 64-byte
- * aligned regions):
+ * in one storage format (tier.h). Layout of a page (one allocation; the page
+ * and pos start at 64-byte boundaries, score at 16, K and V at 32):
  *
  *   struct kv_page           header (this struct)
  *   int32_t pos[cap]         original position of each slot (keys are stored
@@ -10,6 +10,10 @@
  *   float   score[cap]       importance of each slot (kept by the policies)
  *   K region                 kv_tier_k_bytes(fmt, cap, d)
  *   V region                 kv_tier_v_bytes(fmt, cap, d)
+ *
+ * Pages of a stream have any cap: full-size pages of the layer's page size,
+ * small pages a growing stream takes (seq.h, dynamic chunking) and
+ * right-sized pages compaction leaves.
  *
  * Slots 0..n_used-1 are filled; a page never has holes (removing a slot moves
  * the last one into its place). The pool counts every byte it hands out: a
@@ -68,6 +72,12 @@ struct kv_pool_stats {
 	size_t fmt_slots[KV_FMT_COUNT];    /* filled slots per format */
 	uint64_t pages_allocated; /* pages handed out so far */
 	uint64_t pages_refused;   /* requests refused by the budget */
+	/* compaction (kv_stream_compact): its cost so far */
+	uint64_t compactions;     /* stream compactions that moved slots */
+	uint64_t compact_slots;   /* slots moved */
+	uint64_t compact_bytes;   /* K+V bytes written for them (in their new pages) */
+	uint64_t compact_ns;      /* time spent compacting, all threads summed */
+	size_t compact_freed;     /* page bytes compactions returned (net of new pages) */
 };
 
 struct kv_pool;
@@ -104,6 +114,8 @@ void kv_page_unref(struct kv_pool *p, struct kv_page *pg);
 /* Sets pg->n_used to n, keeping the used/kv_bytes/fmt_slots counts exact. */
 void kv_pool_set_used(struct kv_pool *p, struct kv_page *pg, uint32_t n);
 void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out);
+/* Adds one compaction's cost to the counters. */
+void kv_pool_note_compact(struct kv_pool *p, uint64_t slots, uint64_t bytes, uint64_t ns, size_t freed);
 uint32_t kv_pool_page_tokens(const struct kv_pool *p);
 uint32_t kv_pool_fmt(const struct kv_pool *p);
 size_t kv_pool_budget(const struct kv_pool *p);

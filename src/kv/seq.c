@@ -2,6 +2,7 @@
 #include "kv/seq.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "util/alloc.h"
 #include "util/status.h"
@@ -24,9 +25,16 @@ int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uin
 	s->streams[0].centroid = tkv_calloc(a, n * head_dim, sizeof(float));
 	if (!s->streams[0].centroid)
 		goto nomem_free_streams;
+	s->layer_weight = tkv_malloc(a, (n_layer ? n_layer : 1) * sizeof *s->layer_weight);
+	if (!s->layer_weight)
+		goto nomem_free_centroid;
+	for (uint32_t l = 0; l < n_layer; l++)
+		s->layer_weight[l] = 1.0f;
 	for (size_t i = 0; i < n; i++) {
 		s->streams[i].centroid = s->streams[0].centroid + i * head_dim;
 		s->streams[i].tail = KV_NO_PAGE;
+		s->streams[i].page_tokens = kv_pool_page_tokens(pool);
+		s->streams[i].low_cap = kv_low_cap(kv_pool_page_tokens(pool), false);
 	}
 	s->pool = pool;
 	s->alloc = a;
@@ -36,6 +44,8 @@ int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uin
 	*out = s;
 	return TKV_OK;
 
+nomem_free_centroid:
+	tkv_free(a, s->streams[0].centroid);
 nomem_free_streams:
 	tkv_free(a, s->streams);
 nomem_free_s:
@@ -61,6 +71,7 @@ void kv_seq_clear(struct kv_seq *s)
 		st->n_seen = 0;
 		st->ent_sum = 0;
 		st->ent_n = 0;
+		st->n_small = 0;
 		memset(st->centroid, 0, s->head_dim * sizeof(float));
 	}
 	s->n_pos = 0;
@@ -78,12 +89,30 @@ void kv_seq_free(struct kv_seq *s)
 		tkv_free(s->alloc, s->streams[i].pages);
 	tkv_free(s->alloc, s->streams[0].centroid);
 	tkv_free(s->alloc, s->streams);
+	tkv_free(s->alloc, s->layer_weight);
 	tkv_free(s->alloc, s);
+}
+
+void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, float weight)
+{
+	for (uint32_t h = 0; h < s->n_kv_head; h++) {
+		struct kv_stream *st = kv_seq_stream(s, layer, h);
+
+		st->page_tokens = page_tokens;
+		st->low_cap = kv_low_cap(page_tokens, true);
+	}
+	s->layer_weight[layer] = weight;
+	s->plan_set = true;
+}
+
+static bool is_hot_fmt(const struct kv_seq *s, uint32_t fmt)
+{
+	return fmt == kv_pool_fmt(s->pool);
 }
 
 static int is_hot(const struct kv_seq *s, const struct kv_page *pg)
 {
-	return pg->fmt == kv_pool_fmt(s->pool);
+	return is_hot_fmt(s, pg->fmt);
 }
 
 static int grow_pages(struct kv_seq *s, struct kv_stream *st, uint32_t want)
@@ -164,11 +193,34 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
 	}
 }
 
+/* Compaction's cost, summed over one call. */
+struct compact_cost {
+	uint64_t slots, bytes;
+};
+
+/* The full size of a stream's pages of a format. */
+static uint32_t full_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt)
+{
+	return is_hot_fmt(s, fmt) ? st->page_tokens : st->low_cap;
+}
+
+static bool in_group(const struct kv_page *pg, uint32_t fmt, uint32_t rot)
+{
+	return pg->fmt == fmt && (uint32_t)(pg->flags & KV_PAGE_ROT) == rot;
+}
+
 /* Pages whose slots compaction may move: private (not in the prefix tree),
  * partly filled. */
 static int partial(const struct kv_page *pg)
 {
 	return pg->n_used > 0 && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN);
+}
+
+/* Private pages compaction rewrites: partly filled, or under full size. */
+static bool loose(const struct kv_seq *s, const struct kv_stream *st, const struct kv_page *pg)
+{
+	return pg->n_used > 0 && !(pg->flags & KV_PAGE_FROZEN) &&
+	       (pg->n_used < pg->cap || pg->cap < full_cap(s, st, pg->fmt));
 }
 
 /* Moves the last m slots of page a to the end of page b (same format and
@@ -203,37 +255,41 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 	kv_stream_set_used(s, st, a, na);
 }
 
-int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
+/* In-place packing of one group, without new pages: slots of the emptiest
+ * partial page move into the fullest partner, so each move empties a page or
+ * fills one, until one partial page is left. */
+static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
 {
 	uint32_t d = s->head_dim, cap_max = 0;
 	float *K = NULL, *V = NULL;
 	int rc = TKV_OK;
 
-	for (uint32_t i = 0; i < st->n_pages; i++)
-		if (kv_fmt_packed(st->pages[i]->fmt) && partial(st->pages[i]) && st->pages[i]->cap > cap_max)
-			cap_max = st->pages[i]->cap;
-	if (cap_max) {
+	if (kv_fmt_packed(fmt)) {
+		for (uint32_t i = 0; i < st->n_pages; i++)
+			if (in_group(st->pages[i], fmt, rot) && partial(st->pages[i]) && st->pages[i]->cap > cap_max)
+				cap_max = st->pages[i]->cap;
+		if (!cap_max)
+			return TKV_OK;
 		K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
 		V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		if (!K || !V)
-			rc = TKV_ERR_NOMEM; /* per-slot formats still compact */
+		if (!K || !V) {
+			rc = TKV_ERR_NOMEM;
+			goto out;
+		}
 	}
 	for (;;) {
 		struct kv_page *a = NULL, *b = NULL;
+		uint32_t m;
 
-		/* the emptiest partial page that has a partner of its format and
-		 * rotation, and the fullest such partner: each move empties a or
-		 * fills b, so the partial pages dwindle to one per group */
 		for (uint32_t i = 0; i < st->n_pages; i++) {
 			struct kv_page *pi = st->pages[i];
 
-			if (!partial(pi) || (rc && kv_fmt_packed(pi->fmt)))
+			if (!in_group(pi, fmt, rot) || !partial(pi))
 				continue;
 			for (uint32_t j = 0; j < st->n_pages; j++) {
 				struct kv_page *pj = st->pages[j];
 
-				if (j == i || !partial(pj) || pj->fmt != pi->fmt ||
-				    (pj->flags & KV_PAGE_ROT) != (pi->flags & KV_PAGE_ROT))
+				if (j == i || !in_group(pj, fmt, rot) || !partial(pj))
 					continue;
 				if (!a || pi->n_used < a->n_used || (pi == a && pj->n_used > b->n_used)) {
 					a = pi;
@@ -243,41 +299,229 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 		}
 		if (!a)
 			break;
-		move_slots(s, st, a, b, a->n_used < b->cap - b->n_used ? a->n_used : b->cap - b->n_used, K, V);
+		m = a->n_used < b->cap - b->n_used ? a->n_used : b->cap - b->n_used;
+		move_slots(s, st, a, b, m, K, V);
+		cc->slots += m;
+		cc->bytes += kv_page_share(b, m);
 	}
+out:
 	tkv_free(s->alloc, V);
 	tkv_free(s->alloc, K);
-	kv_stream_drop_empty(s, st);
 	return rc;
 }
 
-/* Hot pages a stream needs for n_new more tokens. */
-static uint32_t pages_needed(const struct kv_stream *st, uint32_t n_new, uint32_t P)
+/* Rewrites the loose pages of one group into full-size pages and one
+ * right-sized page (see kv_stream_compact). TKV_ERR_KV_FULL / TKV_ERR_NOMEM
+ * when a new page or scratch cannot be had: nothing changed then. */
+static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
 {
-	return n_new > st->hot_free ? (n_new - st->hot_free + P - 1) / P : 0;
+	uint32_t d = s->head_dim, M = full_cap(s, st, fmt), n_loose = 0, T = 0, n_new, got = 0, t;
+	bool any_partial = false;
+	struct kv_page **fresh = NULL;
+	float *K = NULL, *V = NULL, *score = NULL;
+	int32_t *pos = NULL;
+	int why = TKV_OK;
+
+	for (uint32_t i = 0; i < st->n_pages; i++) {
+		const struct kv_page *pg = st->pages[i];
+
+		if (in_group(pg, fmt, rot) && loose(s, st, pg)) {
+			n_loose++;
+			T += pg->n_used;
+			any_partial |= pg->n_used < pg->cap;
+		}
+	}
+	n_new = T / M + (T % M != 0);
+	/* already as tight as it gets: full pages, no more of them than needed */
+	if (n_loose == 0 || (!any_partial && n_new >= n_loose))
+		return TKV_OK;
+	if (grow_pages(s, st, st->n_pages + n_new))
+		return TKV_ERR_NOMEM;
+	fresh = tkv_malloc(s->alloc, n_new * sizeof *fresh);
+	K = tkv_malloc(s->alloc, (size_t)T * d * sizeof(float));
+	V = tkv_malloc(s->alloc, (size_t)T * d * sizeof(float));
+	pos = tkv_malloc(s->alloc, (size_t)T * sizeof *pos);
+	score = tkv_malloc(s->alloc, (size_t)T * sizeof *score);
+	if (!fresh || !K || !V || !pos || !score) {
+		why = TKV_ERR_NOMEM;
+		goto out;
+	}
+	/* the new pages first: the old ones go back once their slots are safe */
+	for (; got < n_new; got++) {
+		uint32_t cap = got < T / M ? M : T % M;
+
+		if (!(fresh[got] = kv_pool_get(s->pool, d, fmt, cap, &why)))
+			goto out;
+	}
+	t = 0;
+	for (uint32_t i = 0; i < st->n_pages; i++) {
+		struct kv_page *pg = st->pages[i];
+		uint32_t n = pg->n_used;
+
+		if (!in_group(pg, fmt, rot) || !loose(s, st, pg))
+			continue;
+		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K + (size_t)t * d);
+		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V + (size_t)t * d);
+		memcpy(pos + t, pg->pos, n * sizeof *pos);
+		memcpy(score + t, pg->score, n * sizeof *score);
+		t += n;
+		kv_stream_set_used(s, st, pg, 0);
+	}
+	t = 0;
+	for (uint32_t j = 0; j < n_new; j++) {
+		struct kv_page *pg = fresh[j];
+		uint32_t n = pg->cap;
+
+		if (kv_fmt_packed(fmt)) {
+			kv_tier_pack(fmt, pg->k, pg->v, n, d, K + (size_t)t * d, V + (size_t)t * d, n);
+		} else {
+			for (uint32_t k = 0; k < n; k++)
+				kv_tier_store(fmt, pg->k, pg->v, n, d, k, K + (size_t)(t + k) * d,
+					      V + (size_t)(t + k) * d);
+		}
+		memcpy(pg->pos, pos + t, n * sizeof *pos);
+		memcpy(pg->score, score + t, n * sizeof *score);
+		/* rewritten: not the pristine page of a prompt chunk any more */
+		pg->flags |= (uint8_t)(rot | KV_PAGE_DIRTY);
+		kv_pool_set_used(s->pool, pg, n);
+		kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
+		cc->bytes += pg->kv_bytes;
+		t += n;
+	}
+	cc->slots += T;
+	got = 0;
+	why = TKV_OK;
+out:
+	for (uint32_t j = 0; j < got; j++)
+		kv_pool_put(s->pool, fresh[j]);
+	tkv_free(s->alloc, score);
+	tkv_free(s->alloc, pos);
+	tkv_free(s->alloc, V);
+	tkv_free(s->alloc, K);
+	tkv_free(s->alloc, fresh);
+	return why;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static size_t stream_page_bytes(const struct kv_stream *st)
+{
+	size_t b = 0;
+
+	for (uint32_t i = 0; i < st->n_pages; i++)
+		b += st->pages[i]->bytes;
+	return b;
+}
+
+int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
+{
+	struct compact_cost cc = { 0, 0 };
+	uint64_t t0 = now_ns();
+	size_t before = stream_page_bytes(st), after;
+	int rc = TKV_OK;
+
+	for (uint32_t fmt = 0; fmt < KV_FMT_COUNT; fmt++) {
+		for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
+			bool any = false;
+			int r;
+
+			for (uint32_t i = 0; i < st->n_pages && !any; i++)
+				any = in_group(st->pages[i], fmt, rot) && loose(s, st, st->pages[i]);
+			if (!any)
+				continue;
+			r = rebuild(s, st, fmt, rot, &cc);
+			if (r == TKV_OK)
+				continue;
+			/* no room (or memory) for new pages: pack in place */
+			if (pack_in_place(s, st, fmt, rot, &cc) || r == TKV_ERR_NOMEM)
+				rc = TKV_ERR_NOMEM;
+		}
+	}
+	kv_stream_drop_empty(s, st);
+	st->n_small = 0;
+	for (uint32_t i = 0; i < st->n_pages; i++)
+		if (st->pages[i]->cap < full_cap(s, st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN))
+			st->n_small++;
+	after = stream_page_bytes(st);
+	if (cc.slots)
+		kv_pool_note_compact(s->pool, cc.slots, cc.bytes, now_ns() - t0, before > after ? before - after : 0);
+	return rc;
+}
+
+bool kv_stream_untidy(const struct kv_stream *st)
+{
+	return st->n_small >= KV_UNTIDY_PAGES;
+}
+
+/* The pages a stream gets for n_new more tokens: *n_full of page_tokens,
+ * then one of *tail slots (0: none). See kv_seq_reserve. */
+static void grow_plan(const struct kv_seq *s, const struct kv_stream *st, uint32_t n_new, uint32_t *n_full,
+		      uint32_t *tail)
+{
+	uint32_t P = st->page_tokens, r, c = KV_PAGE_MIN;
+	double room;
+
+	*n_full = *tail = 0;
+	if (n_new <= st->hot_free)
+		return;
+	r = n_new - st->hot_free;
+	*n_full = r / P;
+	r %= P;
+	if (r == 0)
+		return;
+	/* room the tail may leave empty: a share of what the stream holds */
+	room = (double)st->kv_bytes / KV_TAIL_SHARE / (double)kv_page_kv_bytes(1, s->head_dim, kv_pool_fmt(s->pool));
+	while ((double)c * 2 <= room && c * 2 <= P)
+		c *= 2;
+	if (c < r)
+		c = r;
+	*tail = c < P ? c : P;
+}
+
+size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new)
+{
+	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, bytes = 0;
+	uint32_t fmt = kv_pool_fmt(s->pool);
+
+	for (size_t i = 0; i < n_streams; i++) {
+		const struct kv_stream *st = &s->streams[i];
+		uint32_t n_full, tail;
+
+		grow_plan(s, st, n_new, &n_full, &tail);
+		bytes += n_full * kv_page_bytes(st->page_tokens, s->head_dim, fmt);
+		if (tail)
+			bytes += kv_page_bytes(tail, s->head_dim, fmt);
+	}
+	return bytes;
 }
 
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 {
-	uint32_t P = kv_pool_page_tokens(s->pool), fmt = kv_pool_fmt(s->pool);
+	uint32_t fmt = kv_pool_fmt(s->pool);
 	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, i;
-	size_t page_bytes = kv_page_bytes(P, s->head_dim, fmt);
-	size_t need_pages = 0;
+	size_t need_bytes = 0;
 	uint32_t *added = NULL;
 	int why = TKV_OK;
 
 	/* grow the page arrays first: this can fail without touching the pool */
 	for (i = 0; i < n_streams; i++) {
 		struct kv_stream *st = &s->streams[i];
-		uint32_t need = pages_needed(st, n_new, P);
+		uint32_t n_full, tail;
 
-		if (grow_pages(s, st, st->n_pages + need))
+		grow_plan(s, st, n_new, &n_full, &tail);
+		if (grow_pages(s, st, st->n_pages + n_full + (tail != 0)))
 			return tkv_errf(err, TKV_ERR_NOMEM, "out of memory growing a KV stream");
-		need_pages += need;
 	}
-	if (need_pages == 0)
+	need_bytes = kv_seq_reserve_bytes(s, n_new);
+	if (need_bytes == 0)
 		return TKV_OK;
-	if (!kv_pool_can_fit(s->pool, need_pages * page_bytes))
+	if (!kv_pool_can_fit(s->pool, need_bytes))
 		goto full;
 	added = tkv_calloc(s->alloc, n_streams, sizeof *added);
 	if (!added)
@@ -285,14 +529,18 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 
 	for (i = 0; i < n_streams; i++) {
 		struct kv_stream *st = &s->streams[i];
-		uint32_t need = pages_needed(st, n_new, P);
+		uint32_t n_full, tail;
 
-		for (; added[i] < need; added[i]++) {
-			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, fmt, P, &why);
+		grow_plan(s, st, n_new, &n_full, &tail);
+		for (; added[i] < n_full + (tail != 0); added[i]++) {
+			uint32_t cap = added[i] < n_full ? st->page_tokens : tail;
+			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, fmt, cap, &why);
 
 			if (!pg)
 				goto undo;
 			kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
+			if (cap < st->page_tokens)
+				st->n_small++;
 		}
 	}
 	tkv_free(s->alloc, added);
@@ -307,6 +555,8 @@ undo:
 			struct kv_page *pg = st->pages[--st->n_pages];
 
 			st->hot_free -= pg->cap;
+			if (pg->cap < st->page_tokens)
+				st->n_small--;
 			if (st->tail == st->n_pages)
 				st->tail = KV_NO_PAGE;
 			kv_pool_put(s->pool, pg);
@@ -322,7 +572,7 @@ full: {
 		return tkv_errf(err, TKV_ERR_KV_FULL,
 				"KV cache budget exhausted at %d tokens: %u more need %zu bytes of new pages, "
 				"%zu of the %zu-byte budget are in use (raise --kv-mem, or use a policy that evicts)",
-				s->n_pos, n_new, need_pages * page_bytes, ps.allocated, ps.budget);
+				s->n_pos, n_new, need_bytes, ps.allocated, ps.budget);
 	}
 }
 

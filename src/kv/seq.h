@@ -12,6 +12,7 @@
 #ifndef TKV_KV_SEQ_H
 #define TKV_KV_SEQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kv/pool.h"
@@ -28,6 +29,9 @@ struct kv_stream {
 	size_t kv_bytes;         /* filled share of its pages' K+V regions (what budgets
 				  * count; empty slots are the pool's fragmentation) */
 	size_t budget;           /* K+V bytes this stream may hold; 0 = none */
+	uint32_t page_tokens;    /* slots of its full-size full-precision pages (the layer plan) */
+	uint32_t low_cap;        /* slots of its full-size warm and cold pages */
+	uint32_t n_small;        /* pages under full size added since the last compaction */
 	float *centroid;         /* (head_dim) mean of every key appended so far */
 	uint64_t n_seen;         /* keys appended so far */
 	double ent_sum;          /* sum of attention entropies observed (nats) */
@@ -42,8 +46,28 @@ struct kv_seq {
 	struct tkv_alloc *alloc;
 	uint32_t n_layer, n_kv_head, head_dim;
 	struct kv_stream *streams;   /* [n_layer][n_kv_head] */
+	float *layer_weight;         /* (n_layer) share of the sequence's budget per layer,
+				      * mean 1 (the layer plan; all 1 when uniform) */
+	bool measure_entropy;        /* streams accumulate attention entropy (ent_sum) */
+	bool plan_set;               /* a layer plan other than the pool's uniform pages */
 	int32_t n_pos;               /* position of the next token */
 };
+
+/* Warm and cold pages of a layer whose full-precision pages hold P slots:
+ * 4 P under a layer plan (fine pages, finer cold quantization groups), and
+ * max(64, P) without one. */
+static inline uint32_t kv_low_cap(uint32_t P, bool plan)
+{
+	uint32_t c = plan ? 4 * P : (P < 64 ? 64 : P);
+
+	return c > 4096 ? (P > 4096 ? P : 4096) : c;
+}
+
+/* The smallest full-precision page a growing stream gets (dynamic chunking). */
+#define KV_PAGE_MIN 4
+/* A growing stream's newest page holds at most 1/KV_TAIL_SHARE of what the
+ * stream already holds (in K+V bytes): the room it leaves empty. */
+#define KV_TAIL_SHARE 32
 
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
 		uint32_t head_dim, struct tkv_alloc *a, struct tkv_error *err);
@@ -61,7 +85,17 @@ static inline struct kv_stream *kv_seq_stream(struct kv_seq *s, uint32_t layer, 
 	return &s->streams[(size_t)layer * s->n_kv_head + head];
 }
 
-/* Makes room for n_new more tokens in every stream, all or nothing: on
+/* Sets the page size of a layer's streams (pages allocated from now on; the
+ * next compaction repacks loose pages to it) and its budget weight. */
+void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, float weight);
+
+/* Bytes of new pages kv_seq_reserve(s, n_new) would take. */
+size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new);
+
+/* Makes room for n_new more tokens in every stream (dynamic chunking: whole
+ * pages of the stream's page_tokens for the bulk, and for the rest one page
+ * of at least KV_PAGE_MIN slots and what the rest needs, but no more room than
+ * 1/KV_TAIL_SHARE of what the stream holds, up to page_tokens), all or nothing: on
  * TKV_ERR_KV_FULL (budget) or TKV_ERR_NOMEM nothing changes and err says how
  * many bytes were needed against what the budget had left. */
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err);
@@ -81,14 +115,25 @@ void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *
 void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, uint32_t j);
 /* Returns empty pages to the pool. */
 void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
-/* Packs the slots of partly filled private pages of one format and rotation
- * into as few pages as they fill (removing slots leaves holes, and a page only
- * goes back to the pool once empty), then returns empty pages. Slots keep
- * their positions and scores; per-slot formats move bit for bit, q4/q2 pages
- * that receive slots are re-packed. Frozen (shared) pages are left alone.
- * TKV_ERR_NOMEM when scratch for a re-pack cannot be had: q4/q2 pages then
- * stay as they are, the rest is compacted. */
+/* Repacks a stream's loose pages (defragmentation). Per format and rotation,
+ * the loose pages are the private ones partly filled or smaller than the
+ * format's full size (page_tokens hot, low_cap warm/cold: pages a growing
+ * stream or an earlier compaction right-sized). Their slots are rewritten into
+ * full-size pages and one right-sized page for the rest (cap = the slots
+ * left), new pages taken before the old ones go back, so nothing is left
+ * empty. When the pool cannot give the new pages, the group is packed in
+ * place instead: slots of the emptiest partial page move into the fullest
+ * partner until one partial page is left. Slots keep their positions and
+ * scores; per-slot formats move bit for bit, q4/q2 slots are re-packed once
+ * with their new page's key parameters. Frozen (shared) pages are left alone.
+ * The slots and bytes moved and the time taken are added to the pool's
+ * compaction counters. TKV_ERR_NOMEM when scratch cannot be had: q4/q2 pages
+ * then stay as they are, the rest is compacted. */
 int kv_stream_compact(struct kv_seq *s, struct kv_stream *st);
+/* Whether a stream has gathered enough small pages (KV_UNTIDY_PAGES under
+ * full size since its last compaction) to be worth a compaction. */
+#define KV_UNTIDY_PAGES 4
+bool kv_stream_untidy(const struct kv_stream *st);
 
 /* ---- attention (attn.c) ---- */
 
