@@ -610,7 +610,9 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 	}
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
-		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, cap, &why);
+		/* full-size pages for the bulk, a small one for the rest */
+		uint32_t pc = n < cap ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
+		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, pc, &why);
 
 		if (!pg)
 			break;
@@ -618,6 +620,10 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 			kv_pool_put(s->pool, pg);
 			why = TKV_ERR_NOMEM;
 			break;
+		}
+		if (pc < cap) {
+			st->n_small++;
+			st->small_slots += pc;
 		}
 		if (rot)
 			pg->flags |= KV_PAGE_ROT;
@@ -631,14 +637,14 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 			pg->pos[j] = m->pos;
 			pg->score[j] = m->score;
 			if (!kv_fmt_packed(fmt))
-				kv_tier_store(fmt, pg->k, pg->v, cap, d, j, m->k, m->v);
+				kv_tier_store(fmt, pg->k, pg->v, pc, d, j, m->k, m->v);
 			else {
 				memcpy(K + (size_t)j * d, m->k, d * sizeof(float));
 				memcpy(V + (size_t)j * d, m->v, d * sizeof(float));
 			}
 		}
 		if (kv_fmt_packed(fmt))
-			kv_tier_pack(fmt, pg->k, pg->v, cap, d, K, V, n);
+			kv_tier_pack(fmt, pg->k, pg->v, pc, d, K, V, n);
 		kv_stream_set_used(s, st, pg, n);
 		done += n;
 	}

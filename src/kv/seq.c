@@ -72,6 +72,7 @@ void kv_seq_clear(struct kv_seq *s)
 		st->ent_sum = 0;
 		st->ent_n = 0;
 		st->n_small = 0;
+		st->small_slots = 0;
 		memset(st->centroid, 0, s->head_dim * sizeof(float));
 	}
 	s->n_pos = 0;
@@ -310,12 +311,26 @@ out:
 	return rc;
 }
 
+static size_t stream_page_bytes(const struct kv_stream *st)
+{
+	size_t b = 0;
+
+	for (uint32_t i = 0; i < st->n_pages; i++)
+		b += st->pages[i]->bytes;
+	return b;
+}
+
+/* rebuild() found nothing worth rewriting */
+#define KV_SKIP 1
+
 /* Rewrites the loose pages of one group into full-size pages and one
- * right-sized page (see kv_stream_compact). TKV_ERR_KV_FULL / TKV_ERR_NOMEM
- * when a new page or scratch cannot be had: nothing changed then. */
+ * right-sized page (see kv_stream_compact). KV_SKIP when not worth it;
+ * TKV_ERR_KV_FULL / TKV_ERR_NOMEM when a new page or scratch cannot be had:
+ * nothing changed then. */
 static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
 {
 	uint32_t d = s->head_dim, M = full_cap(s, st, fmt), n_loose = 0, T = 0, n_new, got = 0, t;
+	size_t slack = 0;
 	bool any_partial = false;
 	struct kv_page **fresh = NULL;
 	float *K = NULL, *V = NULL, *score = NULL;
@@ -329,12 +344,15 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 			n_loose++;
 			T += pg->n_used;
 			any_partial |= pg->n_used < pg->cap;
+			slack += (size_t)((unsigned __int128)pg->bytes * (pg->cap - pg->n_used) / pg->cap);
 		}
 	}
 	n_new = T / M + (T % M != 0);
-	/* already as tight as it gets: full pages, no more of them than needed */
-	if (n_loose == 0 || (!any_partial && n_new >= n_loose))
-		return TKV_OK;
+	/* worth it when the empty slots pass a share of what the stream holds,
+	 * or small pages have piled up */
+	if (n_loose == 0 || (!any_partial && n_new >= n_loose) ||
+	    (slack * KV_SLACK_SHARE <= stream_page_bytes(st) && n_loose < KV_UNTIDY_PAGES && T < M))
+		return KV_SKIP;
 	if (grow_pages(s, st, st->n_pages + n_new))
 		return TKV_ERR_NOMEM;
 	fresh = tkv_malloc(s->alloc, n_new * sizeof *fresh);
@@ -410,15 +428,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static size_t stream_page_bytes(const struct kv_stream *st)
-{
-	size_t b = 0;
-
-	for (uint32_t i = 0; i < st->n_pages; i++)
-		b += st->pages[i]->bytes;
-	return b;
-}
-
 int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 {
 	struct compact_cost cc = { 0, 0 };
@@ -435,19 +444,22 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 				any = in_group(st->pages[i], fmt, rot) && loose(s, st, st->pages[i]);
 			if (!any)
 				continue;
+			/* in place first (no new pages, fewest slots moved), then
+			 * what is left is rewritten if it is worth it */
+			if (pack_in_place(s, st, fmt, rot, &cc))
+				rc = TKV_ERR_NOMEM;
 			r = rebuild(s, st, fmt, rot, &cc);
-			if (r == TKV_OK)
-				continue;
-			/* no room (or memory) for new pages: pack in place */
-			if (pack_in_place(s, st, fmt, rot, &cc) || r == TKV_ERR_NOMEM)
+			if (r == TKV_ERR_NOMEM)
 				rc = TKV_ERR_NOMEM;
 		}
 	}
 	kv_stream_drop_empty(s, st);
-	st->n_small = 0;
+	st->n_small = st->small_slots = 0;
 	for (uint32_t i = 0; i < st->n_pages; i++)
-		if (st->pages[i]->cap < full_cap(s, st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN))
+		if (st->pages[i]->cap < full_cap(s, st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN)) {
 			st->n_small++;
+			st->small_slots += st->pages[i]->cap;
+		}
 	after = stream_page_bytes(st);
 	if (cc.slots)
 		kv_pool_note_compact(s->pool, cc.slots, cc.bytes, now_ns() - t0, before > after ? before - after : 0);
@@ -456,7 +468,21 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 
 bool kv_stream_untidy(const struct kv_stream *st)
 {
-	return st->n_small >= KV_UNTIDY_PAGES;
+	return st->n_small >= KV_UNTIDY_PAGES || (st->n_small >= 2 && st->small_slots >= st->page_tokens);
+}
+
+uint32_t kv_stream_tail_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t need,
+			    uint32_t full)
+{
+	uint32_t c = KV_PAGE_MIN;
+	/* room the page may leave empty: a share of what the stream holds */
+	double room = (double)st->kv_bytes / KV_TAIL_SHARE / ((double)kv_page_kv_bytes(full, s->head_dim, fmt) / full);
+
+	while ((double)c * 2 <= room && c * 2 <= full)
+		c *= 2;
+	if (c < need)
+		c = need;
+	return c < full ? c : full;
 }
 
 /* The pages a stream gets for n_new more tokens: *n_full of page_tokens,
@@ -464,24 +490,16 @@ bool kv_stream_untidy(const struct kv_stream *st)
 static void grow_plan(const struct kv_seq *s, const struct kv_stream *st, uint32_t n_new, uint32_t *n_full,
 		      uint32_t *tail)
 {
-	uint32_t P = st->page_tokens, r, c = KV_PAGE_MIN;
-	double room;
+	uint32_t r;
 
 	*n_full = *tail = 0;
 	if (n_new <= st->hot_free)
 		return;
 	r = n_new - st->hot_free;
-	*n_full = r / P;
-	r %= P;
-	if (r == 0)
-		return;
-	/* room the tail may leave empty: a share of what the stream holds */
-	room = (double)st->kv_bytes / KV_TAIL_SHARE / (double)kv_page_kv_bytes(1, s->head_dim, kv_pool_fmt(s->pool));
-	while ((double)c * 2 <= room && c * 2 <= P)
-		c *= 2;
-	if (c < r)
-		c = r;
-	*tail = c < P ? c : P;
+	*n_full = r / st->page_tokens;
+	r %= st->page_tokens;
+	if (r)
+		*tail = kv_stream_tail_cap(s, st, kv_pool_fmt(s->pool), r, st->page_tokens);
 }
 
 size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new)
@@ -539,8 +557,10 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 			if (!pg)
 				goto undo;
 			kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
-			if (cap < st->page_tokens)
+			if (cap < st->page_tokens) {
 				st->n_small++;
+				st->small_slots += cap;
+			}
 		}
 	}
 	tkv_free(s->alloc, added);
@@ -555,8 +575,10 @@ undo:
 			struct kv_page *pg = st->pages[--st->n_pages];
 
 			st->hot_free -= pg->cap;
-			if (pg->cap < st->page_tokens)
+			if (pg->cap < st->page_tokens) {
 				st->n_small--;
+				st->small_slots -= pg->cap;
+			}
 			if (st->tail == st->n_pages)
 				st->tail = KV_NO_PAGE;
 			kv_pool_put(s->pool, pg);

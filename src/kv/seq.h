@@ -31,7 +31,8 @@ struct kv_stream {
 	size_t budget;           /* K+V bytes this stream may hold; 0 = none */
 	uint32_t page_tokens;    /* slots of its full-size full-precision pages (the layer plan) */
 	uint32_t low_cap;        /* slots of its full-size warm and cold pages */
-	uint32_t n_small;        /* pages under full size added since the last compaction */
+	uint32_t n_small;        /* private pages under full size (since the last compaction, */
+	uint32_t small_slots;    /* ... counted as they come) and their slots */
 	float *centroid;         /* (head_dim) mean of every key appended so far */
 	uint64_t n_seen;         /* keys appended so far */
 	double ent_sum;          /* sum of attention entropies observed (nats) */
@@ -64,7 +65,7 @@ static inline uint32_t kv_low_cap(uint32_t P, bool plan)
 }
 
 /* The smallest full-precision page a growing stream gets (dynamic chunking). */
-#define KV_PAGE_MIN 4
+#define KV_PAGE_MIN 2
 /* A growing stream's newest page holds at most 1/KV_TAIL_SHARE of what the
  * stream already holds (in K+V bytes): the room it leaves empty. */
 #define KV_TAIL_SHARE 32
@@ -89,6 +90,12 @@ static inline struct kv_stream *kv_seq_stream(struct kv_seq *s, uint32_t layer, 
  * next compaction repacks loose pages to it) and its budget weight. */
 void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, float weight);
 
+/* Slots of the last page a stream takes for `need` more slots of a format
+ * whose full-size pages hold `full` (need < full): at least KV_PAGE_MIN and
+ * need, a power of two above that while its empty room stays within
+ * 1/KV_TAIL_SHARE of the stream's K+V bytes, at most full. */
+uint32_t kv_stream_tail_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t need,
+			    uint32_t full);
 /* Bytes of new pages kv_seq_reserve(s, n_new) would take. */
 size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new);
 
@@ -118,21 +125,28 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
 /* Repacks a stream's loose pages (defragmentation). Per format and rotation,
  * the loose pages are the private ones partly filled or smaller than the
  * format's full size (page_tokens hot, low_cap warm/cold: pages a growing
- * stream or an earlier compaction right-sized). Their slots are rewritten into
- * full-size pages and one right-sized page for the rest (cap = the slots
- * left), new pages taken before the old ones go back, so nothing is left
- * empty. When the pool cannot give the new pages, the group is packed in
- * place instead: slots of the emptiest partial page move into the fullest
- * partner until one partial page is left. Slots keep their positions and
+ * stream or an earlier compaction right-sized). First the group is packed in
+ * place (no new pages): slots of the emptiest partial page move into the
+ * fullest partner until one partial page is left. Then, when the loose
+ * pages' empty slots still come to more than 1/KV_SLACK_SHARE of the stream's
+ * page bytes, or there are KV_UNTIDY_PAGES of them, their slots are rewritten
+ * into full-size pages and one right-sized page for the rest (cap = the slots
+ * left), new pages taken before the old ones go back (when the pool cannot
+ * give them, the group stays as packed in place). Slots keep their positions and
  * scores; per-slot formats move bit for bit, q4/q2 slots are re-packed once
  * with their new page's key parameters. Frozen (shared) pages are left alone.
  * The slots and bytes moved and the time taken are added to the pool's
  * compaction counters. TKV_ERR_NOMEM when scratch cannot be had: q4/q2 pages
  * then stay as they are, the rest is compacted. */
 int kv_stream_compact(struct kv_seq *s, struct kv_stream *st);
-/* Whether a stream has gathered enough small pages (KV_UNTIDY_PAGES under
- * full size since its last compaction) to be worth a compaction. */
-#define KV_UNTIDY_PAGES 4
+/* Whether a stream has gathered enough small pages to be worth a
+ * compaction: two or more holding a full-precision page's worth of slots, or
+ * KV_UNTIDY_PAGES of them. */
+#define KV_UNTIDY_PAGES 8
+/* Compaction rewrites a group's loose pages when their empty slots pass
+ * 1/KV_SLACK_SHARE of the stream's page bytes (tuned with test_kv_frag: 1/32
+ * moved 60% more slots for the same fragmentation). */
+#define KV_SLACK_SHARE 16
 bool kv_stream_untidy(const struct kv_stream *st);
 
 /* ---- attention (attn.c) ---- */
