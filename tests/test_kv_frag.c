@@ -258,11 +258,10 @@ static void test_frag_1000_sequences(void **state)
 		if (steps < WARMUP_STEPS || n_live < MIN_LIVE)
 			continue;
 		frag = (double)(ps.allocated - ps.used) / (double)ps.allocated;
-		if (frag >= FRAG_MAX && !getenv("FRAG_SOFT"))
+		if (frag >= FRAG_MAX)
 			fail_msg("step %llu (%d sequences live, %d finished): fragmentation %.2f%% (%zu of %zu bytes)",
 				 (unsigned long long)steps, n_live, finished, 100.0 * frag, ps.allocated - ps.used,
 				 ps.allocated);
-		if (frag >= FRAG_MAX) { size_t sl[KV_FMT_COUNT]={0}, smallsl=0, partsl=0; for (int i = 0; i < n_live; i++) { printf(" seq len %u pos %d budget %zu pol %d:", lv[i].len, lv[i].s->n_pos, lv[i].budget, lv[i].c->policy); for (uint32_t k = 0; k < N_LAYER*N_KV_HEAD; k++) { const struct kv_stream *st = &lv[i].s->streams[k]; size_t ss=0; for (uint32_t p = 0; p < st->n_pages; p++) { const struct kv_page *pg = st->pages[p]; size_t x = pg->bytes - share(pg->bytes, pg->n_used, pg->cap); sl[pg->fmt]+=x; ss+=x; if (pg->cap < st->page_tokens) smallsl += x; else partsl += x;} printf(" %zu/%u", ss, st->n_pages);} printf("\n"); } printf("over %llu %d %.2f f16 %zu q8 %zu q4 %zu small %zu full %zu\n", (unsigned long long)steps, n_live, 100*frag, sl[1], sl[2], sl[3], smallsl, partsl); }
 		frag_max = fmax(frag_max, frag);
 		frag_sum += frag;
 		checks++;

@@ -957,6 +957,7 @@ static void test_free_returns_everything(void **state)
 
 	(void)state;
 	assert_int_equal(kv_seq_reserve(s1, 30, NULL), TKV_OK); /* 8 pages a stream: arrays grow */
+	assert_true(KV_PAGE_MIN == 2); /* 30 = 7 x 4 + 2, 5 = 4 + 1 */
 	for (int32_t t = 0; t < 30; t++)
 		append_token(s1, 1, t);
 	/* warm and cold pages too, one rotated */
@@ -984,7 +985,10 @@ static void test_free_returns_everything(void **state)
 	assert_int_equal(st.fmt_bytes[KV_FMT_F32], 0);
 	assert_int_equal(st.used, 0);
 	assert_int_equal(st.kv_bytes, 0);
-	assert_int_equal(st.peak_allocated, (8 * 4 + 6) * kv_page_bytes(4, 8, KV_FMT_F32) +
+	/* 30 tokens: 7 pages of 4 and one of KV_PAGE_MIN per stream; 5: one of
+	 * 4 and one of KV_PAGE_MIN */
+	assert_int_equal(st.peak_allocated, (7 * 4 + 3) * kv_page_bytes(4, 8, KV_FMT_F32) +
+						    (4 + 3) * kv_page_bytes(KV_PAGE_MIN, 8, KV_FMT_F32) +
 						    kv_page_bytes(8, 8, KV_FMT_Q8) + kv_page_bytes(64, 8, KV_FMT_Q4) +
 						    kv_page_bytes(16, 8, KV_FMT_Q2));
 	assert_int_equal(atomic_load(&a.live), live0);
@@ -1628,19 +1632,22 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 			/* unlimited: keep the walk bounded */
 			uint32_t n_new = (budget_pages == 0 && q->n_appended > 64) || q->n_appended > MAX_POS - 64
 						 ? 0 : rng_u32() % (3 * P + 2);
-			size_t need = 0;
+			size_t need = 0, need_bytes;
 			struct kv_pool_stats before, after;
 			struct tkv_error err = {0};
 			int expect, rc;
 
+			/* pages of P for the bulk, one (smaller) page for the rest */
 			for (size_t i = 0; i < n_streams; i++) {
 				uint32_t free_ = q->s->streams[i].hot_free;
 
 				need += n_new > free_ ? (n_new - free_ + P - 1) / P : 0;
 			}
+			need_bytes = kv_seq_reserve_bytes(q->s, n_new);
+			assert_true(need_bytes <= need * pb);
 			kv_pool_stats(pool, &before);
-			expect = budget_pages == 0 || before.allocated + need * pb <= before.budget ? TKV_OK
-												   : TKV_ERR_KV_FULL;
+			expect = budget_pages == 0 || before.allocated + need_bytes <= before.budget ? TKV_OK
+												     : TKV_ERR_KV_FULL;
 			rc = kv_seq_reserve(q->s, n_new, &err);
 			if (rc != expect)
 				fail_msg("step %d: reserve %u (need %zu pages, %zu of %zu bytes used): %d, want %d: %s",
@@ -1648,6 +1655,7 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 			kv_pool_stats(pool, &after);
 			if (rc == TKV_OK) {
 				assert_int_equal(after.n_pages, before.n_pages + need);
+				assert_int_equal(after.allocated, before.allocated + need_bytes);
 				for (size_t i = 0; i < n_streams; i++)
 					assert_true(q->s->streams[i].hot_free >= n_new);
 				n_ok++;

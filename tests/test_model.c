@@ -172,7 +172,9 @@ static void test_kv_budget(void **state)
 	assert_int_equal(st, TKV_ERR_KV_FULL);
 	assert_non_null(strstr(err.msg, "budget"));
 	assert_int_equal(tkv_seq_n_past(s), n);
-	assert_true(n > 0 && n % 4 == 0); /* stopped exactly at a page boundary */
+	/* stopped exactly at a page boundary (pages of 4, or of 2 while the
+	 * sequence is short: dynamic chunking) */
+	assert_true(n > 0 && n % 2 == 0);
 	assert_int_equal(ks.n_tokens, n);
 	tkv_seq_free(s);
 	tkv_engine_kv_stats(e, &ks);

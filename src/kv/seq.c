@@ -659,6 +659,10 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 		struct kv_stream *b = &s->streams[i];
 
 		b->budget = a->budget;
+		b->page_tokens = a->page_tokens;
+		b->low_cap = a->low_cap;
+		b->n_small = a->n_small;
+		b->small_slots = a->small_slots;
 		b->n_seen = a->n_seen;
 		b->ent_sum = a->ent_sum;
 		b->ent_n = a->ent_n;
@@ -677,6 +681,9 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 			}
 		}
 	}
+	memcpy(s->layer_weight, src->layer_weight, src->n_layer * sizeof *s->layer_weight);
+	s->plan_set = src->plan_set;
+	s->measure_entropy = src->measure_entropy;
 	s->n_pos = src->n_pos;
 	*out = s;
 	return TKV_OK;
