@@ -158,6 +158,40 @@ int tkv_policy_parse(const char *name);
 const char *tkv_kv_fmt_name(enum tkv_kv_fmt f);
 int tkv_kv_fmt_parse(const char *name);
 
+/* Layer plans (--kv-layer-plan): the page size and the budget share of each
+ * layer. UNIFORM: every layer has page_tokens-slot pages and an even share
+ * (the default). AUTO: each sequence measures its attention entropy per layer
+ * over its first TKV_PLAN_AUTO_TOKENS tokens (its prompt, and its first
+ * generated tokens when the prompt is shorter), then gives layers of wide
+ * attention (high entropy) coarse pages and a larger share of its budget and
+ * layers of narrow attention fine pages and a smaller share. FIXED: the lists
+ * below, one entry per layer of the model. Warm and cold pages of a planned
+ * layer hold 4 x its page tokens. A new page size applies to the pages
+ * allocated after the plan is set and to pages compaction rewrites. */
+#define TKV_MAX_PLAN_LAYERS 256
+#define TKV_PLAN_AUTO_TOKENS 32
+enum tkv_layer_plan_mode { TKV_PLAN_UNIFORM = 0, TKV_PLAN_AUTO = 1, TKV_PLAN_FIXED = 2 };
+
+struct tkv_kv_layer_plan {
+	enum tkv_layer_plan_mode mode;
+	uint32_t n_layer;                          /* entries (FIXED, and as reported) */
+	uint32_t page_tokens[TKV_MAX_PLAN_LAYERS]; /* slots of the layer's full-precision pages */
+	float weight[TKV_MAX_PLAN_LAYERS];         /* its share of a sequence's budget, relative to
+						    * the others (1 each = even) */
+	/* reported by tkv_seq_layer_plan only: */
+	int pending;                               /* AUTO: not chosen yet (too few tokens) */
+	float entropy[TKV_MAX_PLAN_LAYERS];        /* AUTO: mean attention entropy per query head
+						    * (nats) the choice was made from */
+};
+
+/* "uniform", "auto" or a list "P[:W],P[:W],..." (P page tokens 1..4096, W a
+ * budget weight in (0, 16], default 1), one entry per layer. TKV_ERR_ARG with
+ * a message naming the bad entry. */
+int tkv_kv_layer_plan_parse(struct tkv_kv_layer_plan *out, const char *text, struct tkv_error *err);
+/* The plan as text (the list for FIXED or a chosen AUTO plan, weights
+ * normalized to mean 1), into buf (always NUL-terminated). */
+void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t cap);
+
 struct tkv_engine_params {
 	int n_threads;          /* default: physical cores */
 	size_t kv_mem;          /* KV budget in bytes; 0 = unlimited (default 256 MiB) */
@@ -166,7 +200,11 @@ struct tkv_engine_params {
 	uint32_t n_ctx;         /* max tokens per sequence; 0 = the model's training context */
 	uint32_t n_batch;       /* prefill chunk in tokens (default 64) */
 	struct tkv_kv_policy_params kv;  /* cache policy (default: tiered) */
-	int prefix_cache;       /* share the pages of common prompt prefixes (default 0) */
+	int prefix_cache;       /* share the pages of common prompt prefixes (default 0; with a
+				 * layer plan other than uniform only layers with page_tokens-slot
+				 * pages can be shared, so prefixes are published only when
+				 * every layer has them) */
+	struct tkv_kv_layer_plan layer_plan; /* page size and budget share per layer (uniform) */
 	struct tkv_alloc *alloc;
 };
 
@@ -191,6 +229,12 @@ struct tkv_kv_stats {
 	uint64_t prefix_tokens;   /* prompt tokens reused instead of computed */
 	uint64_t prefix_pages;    /* pages the prefix tree holds */
 	uint64_t cow;             /* shared pages a sequence copied to change them */
+	/* compaction (engine-wide, also in a sequence's figures) */
+	uint64_t compactions;     /* stream compactions that moved slots */
+	uint64_t compact_slots;   /* slots moved */
+	uint64_t compact_bytes;   /* K+V bytes written for them */
+	uint64_t compact_ns;      /* time spent, all threads summed */
+	size_t compact_freed;     /* page bytes returned by compactions, net */
 };
 
 struct tkv_engine_params tkv_engine_default_params(void);
@@ -211,6 +255,10 @@ int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_err
 uint32_t tkv_seq_n_past(const struct tkv_seq *s);
 /* This sequence's cache: same fields as the engine's, for one sequence. */
 void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out);
+/* The layer plan in effect for this sequence (see struct tkv_kv_layer_plan):
+ * mode as requested; n_layer, page_tokens and weight as applied (uniform
+ * values while an AUTO plan is pending). */
+void tkv_seq_layer_plan(const struct tkv_seq *s, struct tkv_kv_layer_plan *out);
 /* Sets this sequence's K+V budget in bytes (0 = none); takes effect at the next
  * decode. */
 void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes);

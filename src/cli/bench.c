@@ -639,6 +639,9 @@ int cli_bench(int argc, char **argv)
 	}
 	if ((st = tkv_model_load(&m, o.model, &mp, &err)))
 		goto fail;
+	if ((rc = cli_check_layer_plan("bench", &o.ep, &m->info)))
+		goto out;
+	rc = CLI_ERR;
 	if (!o.no_bw && bench_bw_init(&bwm, m, (int)o.threads) == 0)
 		bw = bench_bw_measure(&bwm, BENCH_BW_PASSES);
 	o.ep.n_threads = (int)o.threads;

@@ -68,6 +68,13 @@ void cli_kv_help(void);
 /* Prints a cache's tiers, bytes and decisions; full_kv_bytes is what a full
  * f16 cache would hold for the same tokens. */
 void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_bytes);
+/* Prints a sequence's layer plan (nothing for a uniform one). */
+struct tkv_kv_layer_plan;
+void cli_print_layer_plan(FILE *f, const struct tkv_kv_layer_plan *p);
+/* A fixed --kv-layer-plan must list one entry per layer of the model: else a
+ * message and CLI_USAGE. */
+struct tkv_model_info;
+int cli_check_layer_plan(const char *cmd, const struct tkv_engine_params *ep, const struct tkv_model_info *info);
 
 int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);

@@ -47,6 +47,8 @@
 #define EVAL_COPY_LEN 80       /* tokens of passage A */
 #define EVAL_COPY_FILL 0.85    /* the copy sequence's length as a share of the context */
 #define EVAL_BLEU_N 4
+#define EVAL_MAX_PLANS 8
+#define EVAL_PLAN_NAME 512
 
 static void eval_help(void)
 {
@@ -64,6 +66,8 @@ static void eval_help(void)
 	       "                        streaming,kivi,tiered,adaptive); full always comes first\n"
 	       "      --budgets LIST    per-sequence K+V caps as fractions of the full f16 cache\n"
 	       "                        for the same tokens, in (0, 1]; 1 = no cap (default 1,0.35,0.125,0.0625)\n"
+	       "      --layer-plans L   layer plans to compare, ';'-separated: uniform, auto, or\n"
+	       "                        PAGES[:WEIGHT] per layer (default: the --kv-layer-plan)\n"
 	       "  -c, --ctx-size N      context; texts are cut to it (default: the model's)\n"
 	       "      --prefill N       tokens decoded in the first call, the rest one by one (default 64)\n"
 	       "  -b, --batch-size N    tokens per forward chunk of that first call (default 64)\n"
@@ -94,7 +98,38 @@ struct eval_opts {
 	long prefill, n_gen, copy_offset;
 	int copy_test, kv_stats;
 	struct tkv_engine_params ep;
+	/* layer plans compared (--layer-plans; else the base --kv-layer-plan) */
+	struct tkv_kv_layer_plan plans[EVAL_MAX_PLANS];
+	char plan_names[EVAL_MAX_PLANS][EVAL_PLAN_NAME];
+	size_t n_plans;
 };
+
+/* A ';'-separated list of layer plans (uniform, auto, or a per-layer list). */
+static int parse_plans(struct cli_args *a, const char *v, struct eval_opts *o)
+{
+	const char *p = v;
+
+	o->n_plans = 0;
+	while (*p) {
+		const char *end = strchr(p, ';');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		struct tkv_error err = { 0 };
+
+		if (o->n_plans == EVAL_MAX_PLANS)
+			return cli_usage_error(a, "--layer-plans: at most %d plans", EVAL_MAX_PLANS);
+		if (len >= EVAL_PLAN_NAME)
+			return cli_usage_error(a, "--layer-plans: plan %zu is too long", o->n_plans + 1);
+		memcpy(o->plan_names[o->n_plans], p, len);
+		o->plan_names[o->n_plans][len] = 0;
+		if (tkv_kv_layer_plan_parse(&o->plans[o->n_plans], o->plan_names[o->n_plans], &err))
+			return cli_usage_error(a, "--layer-plans: %s", err.msg);
+		o->n_plans++;
+		p = end ? end + 1 : p + len;
+	}
+	if (o->n_plans == 0)
+		return cli_usage_error(a, "--layer-plans: no plan given");
+	return 0;
+}
 
 static int add_file(struct cli_args *a, struct eval_opts *o, const char *path)
 {
@@ -133,6 +168,9 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--policies")) {
 			if (!(v = cli_value(&a, s)) || (rc = cli_parse_policies(&a, s, v, o->policies, &o->n_pol)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "--layer-plans")) {
+			if (!(v = cli_value(&a, s)) || (rc = parse_plans(&a, v, o)))
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--budgets")) {
 			if (!(v = cli_value(&a, s)) || (rc = cli_parse_fractions(&a, s, v, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud)))
@@ -204,6 +242,7 @@ struct pass {
 	void (*visit)(void *ctx, size_t i, const float *logits);
 	void *ctx;
 	size_t kv_peak;             /* out: most K+V bytes after any decode call */
+	struct tkv_kv_layer_plan plan; /* out: the sequence's layer plan at the end */
 	size_t alloc_peak;          /* out: most page bytes (metadata, unused slots) likewise */
 	struct tkv_kv_stats end;    /* out: the sequence's cache after the last token */
 };
@@ -266,6 +305,7 @@ static int run_pass(struct eval_ctx *x, const struct tkv_engine_params *ep, stru
 			p->visit(p->ctx, i, x->buf);
 	}
 	tkv_seq_kv_stats(s, &p->end);
+	tkv_seq_layer_plan(s, &p->plan);
 out:
 	tkv_seq_free(s);
 	tkv_engine_free(e);
@@ -337,6 +377,10 @@ static void cmp_visit(void *ctx, size_t i, const float *logits)
 struct eval_row {
 	enum tkv_policy policy;
 	double budget;            /* share of the full cache; 1 = no cap */
+	size_t plan;              /* index of its layer plan in eval_opts */
+	char plan_chosen[EVAL_PLAN_NAME]; /* the plan applied on the last text (auto: as chosen) */
+	double alloc_end, used_end;      /* sums over texts of page bytes and their filled share at the end */
+	uint64_t compact_slots, compact_ns;
 	struct evm_acc acc;       /* teacher-forced positions against the reference */
 	double kv_peak, kv_full;  /* sums over texts (bytes) */
 	double alloc_peak;        /* sum over texts of the peak page bytes */
@@ -366,6 +410,7 @@ static struct tkv_engine_params row_params(const struct eval_opts *o, const stru
 
 	ep.kv.policy = r->policy;
 	ep.kv.seq_budget = budget;
+	ep.layer_plan = o->plans[r->plan];
 	return ep;
 }
 
@@ -379,6 +424,7 @@ static struct tkv_engine_params ref_params(const struct eval_opts *o)
 	ep.kv.seq_budget = 0;
 	ep.kv_type = TKV_KV_F16;
 	ep.kv_mem = 0;
+	ep.layer_plan.mode = TKV_PLAN_UNIFORM;
 	return ep;
 }
 
@@ -446,10 +492,17 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 			continue;
 		}
 		if (o->kv_stats) {
-			fprintf(stderr, "tierkv eval: %s at budget %g on %s:\n", tkv_policy_name(row->policy), row->budget,
+			fprintf(stderr, "tierkv eval: %s at budget %g, layer plan %s, on %s:\n", tkv_policy_name(row->policy),
+				row->budget, o->plan_names[row->plan],
 				t->path);
 			cli_print_kv_stats(stderr, &q.end, t->n * x->bpt);
+			cli_print_layer_plan(stderr, &q.plan);
 		}
+		tkv_kv_layer_plan_str(&q.plan, row->plan_chosen, sizeof row->plan_chosen);
+		row->alloc_end += (double)q.end.allocated;
+		row->used_end += (double)q.end.used;
+		row->compact_slots += q.end.compact_slots;
+		row->compact_ns += q.end.compact_ns;
 		evm_acc_merge(&row->acc, &cv.acc);
 		row->kv_peak += (double)q.kv_peak;
 		row->kv_full += full_bytes;
@@ -610,6 +663,7 @@ out:
 /* Values of a row, NaN where not measured. */
 struct row_vals {
 	double kv_peak, ratio, ppl, ppl_full, dppl, kl, top1, first_div, bleu, rouge, copy_nll, copy_full;
+	double alloc_peak, frag;  /* mean peak page bytes; fragmentation at the ends of the texts (%) */
 	double tier[3];
 };
 
@@ -619,6 +673,8 @@ static struct row_vals row_values(const struct eval_row *r)
 	double nt = (double)r->n_texts;
 
 	v.kv_peak = r->n_texts ? r->kv_peak / nt : NAN;
+	v.alloc_peak = r->n_texts ? r->alloc_peak / nt : NAN;
+	v.frag = r->alloc_end > 0 ? 100.0 * (r->alloc_end - r->used_end) / r->alloc_end : NAN;
 	v.ratio = r->kv_full > 0 ? r->kv_peak / r->kv_full : NAN;
 	v.ppl = evm_ppl(r->acc.nll, r->acc.n);
 	v.ppl_full = evm_ppl(r->acc.nll_ref, r->acc.n);
@@ -650,28 +706,35 @@ static const char *bytes(char *buf, size_t cap, double x)
 	return isnan(x) ? strcpy(buf, "-") : cli_fmt_bytes(buf, cap, x);
 }
 
-static void print_table(FILE *f, const struct eval_row *rows, size_t n_rows, int copy)
+static void print_table(FILE *f, const struct eval_opts *o, const struct eval_row *rows, size_t n_rows, int copy)
 {
-	fprintf(f, "| policy | budget | KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
-		"hot | warm | cold | evicted | demoted | merged | skipped |\n", copy ? " copy NLL |" : "");
-	fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|---:|---:|---:|---:|\n",
-		copy ? "---:|" : "");
+	bool plans = o->n_plans > 1;
+
+	fprintf(f, "| policy | budget |%s KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
+		"hot | warm | cold | evicted | demoted | merged | skipped | pages peak | frag %% |\n", plans ? " plan |" : "",
+		copy ? " copy NLL |" : "");
+	fprintf(f, "|---|---:|%s---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+		plans ? "---|" : "", copy ? "---:|" : "");
 	for (size_t i = 0; i < n_rows; i++) {
 		const struct eval_row *r = &rows[i];
 		struct row_vals v = row_values(r);
-		char b[16][32];
+		char b[18][32];
 
-		fprintf(f, "| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", tkv_policy_name(r->policy),
-			r->failed ? " (failed)" : "", num(b[0], 32, "%g", r->budget), bytes(b[1], 32, v.kv_peak),
+		fprintf(f, "| %s%s | %s |", tkv_policy_name(r->policy), r->failed ? " (failed)" : "",
+			num(b[0], 32, "%g", r->budget));
+		if (plans)
+			fprintf(f, " %s |", o->plan_names[r->plan]);
+		fprintf(f, " %s | %s | %s | %s | %s | %s | %s | %s | %s |", bytes(b[1], 32, v.kv_peak),
 			num(b[2], 32, "%.3f", v.ratio), num(b[3], 32, "%.4f", v.ppl), num(b[4], 32, "%+.2f", v.dppl),
 			num(b[5], 32, "%.5f", v.kl), num(b[6], 32, "%.2f", v.top1), num(b[7], 32, "%.1f", v.first_div),
 			num(b[8], 32, "%.3f", v.bleu), num(b[9], 32, "%.3f", v.rouge));
 		if (copy)
 			fprintf(f, " %s |", num(b[10], 32, "%.3f", v.copy_nll));
-		fprintf(f, " %s | %s | %s | %llu | %llu | %llu | %llu |\n", bytes(b[11], 32, v.tier[0]),
+		fprintf(f, " %s | %s | %s | %llu | %llu | %llu | %llu | %s | %s |\n", bytes(b[11], 32, v.tier[0]),
 			bytes(b[12], 32, v.tier[1]), bytes(b[13], 32, v.tier[2]), (unsigned long long)r->evicted,
 			(unsigned long long)r->demoted, (unsigned long long)r->merged,
-			(unsigned long long)r->pages_skipped);
+			(unsigned long long)r->pages_skipped, bytes(b[14], 32, v.alloc_peak),
+			num(b[15], 32, "%.1f", v.frag));
 	}
 }
 
@@ -684,7 +747,7 @@ static void jnum(FILE *f, const char *key, double x)
 		fprintf(f, ",\"%s\":null", key);
 }
 
-static int write_json(const char *path, const struct eval_row *rows, size_t n_rows)
+static int write_json(const char *path, const struct eval_opts *o, const struct eval_row *rows, size_t n_rows)
 {
 	FILE *f = fopen(path, "w");
 
@@ -696,7 +759,8 @@ static int write_json(const char *path, const struct eval_row *rows, size_t n_ro
 		const struct eval_row *r = &rows[i];
 		struct row_vals v = row_values(r);
 
-		fprintf(f, "{\"policy\":\"%s\"", tkv_policy_name(r->policy));
+		fprintf(f, "{\"policy\":\"%s\",\"layer_plan\":\"%s\",\"plan_applied\":\"%s\"", tkv_policy_name(r->policy),
+			o->plan_names[r->plan], r->plan_chosen);
 		jnum(f, "budget", r->budget);
 		jnum(f, "failed", r->failed);
 		jnum(f, "texts", (double)r->n_texts);
@@ -724,6 +788,10 @@ static int write_json(const char *path, const struct eval_row *rows, size_t n_ro
 		jnum(f, "merged", (double)r->merged);
 		jnum(f, "pages_read", (double)r->pages_read);
 		jnum(f, "pages_skipped", (double)r->pages_skipped);
+		jnum(f, "alloc_end_bytes", r->n_texts ? r->alloc_end / (double)r->n_texts : NAN);
+		jnum(f, "frag_pct", v.frag);
+		jnum(f, "compact_slots", (double)r->compact_slots);
+		jnum(f, "compact_ms", (double)r->compact_ns / 1e6);
 		jnum(f, "seconds", r->seconds);
 		fprintf(f, "}\n");
 	}
@@ -789,7 +857,7 @@ static int write_plot(const char *path, const struct eval_row *rows, size_t n_ro
 	for (size_t i = 0; i < n_rows; i++) {
 		struct row_vals v = row_values(&rows[i]);
 
-		if (!plottable(&rows[i]))
+		if (!plottable(&rows[i]) || rows[i].plan != 0)
 			continue;
 		fr.x0 = fmin(fr.x0, floor(log2(v.ratio)));
 		fr.x1 = fmax(fr.x1, ceil(log2(v.ratio)));
@@ -852,7 +920,7 @@ static int write_plot(const char *path, const struct eval_row *rows, size_t n_ro
 		size_t n = 0;
 
 		for (size_t i = 0; i < n_rows && n < EVAL_MAX_BUDGETS + 1; i++)
-			if ((int)rows[i].policy == pol && plottable(&rows[i]))
+			if ((int)rows[i].policy == pol && plottable(&rows[i]) && rows[i].plan == 0)
 				pts[n++] = &rows[i];
 		if (n == 0)
 			continue;
@@ -957,6 +1025,19 @@ int cli_eval(int argc, char **argv)
 		return CLI_ERR;
 	}
 	tkv_model_get_info(x.m, &info);
+	if (o.n_plans == 0) {
+		o.plans[0] = o.ep.layer_plan;
+		tkv_kv_layer_plan_str(&o.plans[0], o.plan_names[0], sizeof o.plan_names[0]);
+		o.n_plans = 1;
+	}
+	for (size_t i = 0; i < o.n_plans; i++) {
+		struct tkv_engine_params pe = o.ep;
+
+		pe.layer_plan = o.plans[i];
+		if ((rc = cli_check_layer_plan("eval", &pe, &info)))
+			goto out;
+	}
+	rc = CLI_ERR;
 	x.o = &o;
 	x.n_vocab = info.n_vocab;
 	x.bpt = tkv_model_kv_bytes_per_token(x.m);
@@ -965,7 +1046,7 @@ int cli_eval(int argc, char **argv)
 	x.buf_rows = (size_t)o.prefill < x.n_ctx ? (size_t)o.prefill : x.n_ctx;
 	x.buf = malloc(x.buf_rows * x.n_vocab * sizeof *x.buf);
 	texts = calloc(o.n_files, sizeof *texts);
-	rows = calloc(1 + o.n_pol * o.n_bud, sizeof *rows);
+	rows = calloc(1 + o.n_pol * o.n_bud * o.n_plans, sizeof *rows);
 	if (!x.buf || !texts || !rows) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
 		goto out;
@@ -979,10 +1060,12 @@ int cli_eval(int argc, char **argv)
 	rows[n_rows].policy = TKV_POLICY_FULL;
 	rows[n_rows++].budget = 1.0;
 	for (size_t p = 0; p < o.n_pol; p++)
-		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++) {
-			rows[n_rows].policy = o.policies[p];
-			rows[n_rows++].budget = o.budgets[b];
-		}
+		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++)
+			for (size_t k = 0; k < o.n_plans; k++) {
+				rows[n_rows].policy = o.policies[p];
+				rows[n_rows].plan = k;
+				rows[n_rows++].budget = o.budgets[b];
+			}
 	fprintf(stderr, "tierkv eval: %s, %zu texts (%zu tokens), context %u, %zu runs per text, "
 		"prefill %ld, gen %ld%s\n", o.model, o.n_files, n_tok, x.n_ctx, n_rows, o.prefill, o.n_gen,
 		o.copy_test ? ", copy test" : "");
@@ -998,12 +1081,12 @@ int cli_eval(int argc, char **argv)
 	if (o.copy_test && eval_copy(&x, texts, o.n_files, rows, n_rows, &ref_seconds))
 		goto out;
 
-	print_table(stdout, rows, n_rows, o.copy_test);
+	print_table(stdout, &o, rows, n_rows, o.copy_test);
 	if (fflush(stdout)) {
 		fprintf(stderr, "tierkv eval: cannot write to standard output\n");
 		goto out;
 	}
-	if (o.json && write_json(o.json, rows, n_rows))
+	if (o.json && write_json(o.json, &o, rows, n_rows))
 		goto out;
 	if (o.plot && write_plot(o.plot, rows, n_rows))
 		goto out;

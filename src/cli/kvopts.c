@@ -86,6 +86,9 @@ void cli_kv_help(void)
 	       "      --kv-semantic X    tiered: weight of key-to-centroid similarity (0.1)\n"
 	       "      --kv-type T        full-precision storage: f16 or f32 (f16)\n"
 	       "      --kv-page N        token slots per KV page (16)\n"
+	       "      --kv-layer-plan P  page size and budget share per layer: uniform (default),\n"
+	       "                         auto (from attention entropy over the first 32 tokens), or\n"
+	       "                         one PAGES[:WEIGHT] per layer, e.g. 32:0.5,32:0.5,16,16,8:2\n"
 	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
 }
 
@@ -223,6 +226,14 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else if (!strcmp(s, "--kv-page")) {
 		if (!(rc = cli_int(a, s, 1, 4096, &x)))
 			ep->page_tokens = (uint32_t)x;
+	} else if (!strcmp(s, "--kv-layer-plan")) {
+		const char *v = cli_value(a, s);
+		struct tkv_error err = { 0 };
+
+		if (!v)
+			return CLI_USAGE;
+		if (tkv_kv_layer_plan_parse(&ep->layer_plan, v, &err))
+			return cli_usage_error(a, "--kv-layer-plan: %s", err.msg);
 	} else if (!strcmp(s, "--kv-stats")) {
 		if (stats)
 			*stats = 1;
@@ -237,7 +248,7 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_bytes)
 {
 	static const char *const tier[3] = { "hot", "warm", "cold" };
-	char b1[32], b2[32];
+	char b1[32], b2[32], b3[32];
 
 	fprintf(f, "tierkv: KV cache: %s K+V for %zu tokens (a full f16 cache: %s, ratio %.3f)\n",
 		cli_fmt_bytes(b1, sizeof b1, (double)ks->kv_bytes), ks->n_tokens,
@@ -250,9 +261,45 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 		cli_fmt_bytes(b1, sizeof b1, (double)ks->allocated),
 		ks->allocated ? 100.0 * (double)(ks->allocated - ks->used) / (double)ks->allocated : 0.0,
 		cli_fmt_bytes(b2, sizeof b2, (double)ks->peak_allocated));
+	fprintf(f, "tierkv:   metadata %s (positions, scores, page headers), compaction: %llu runs moved %llu slots "
+		"(%s of K+V) in %.2f ms and returned %s\n",
+		cli_fmt_bytes(b1, sizeof b1, (double)(ks->used - ks->kv_bytes)), (unsigned long long)ks->compactions,
+		(unsigned long long)ks->compact_slots, cli_fmt_bytes(b2, sizeof b2, (double)ks->compact_bytes),
+		(double)ks->compact_ns / 1e6, cli_fmt_bytes(b3, sizeof b3, (double)ks->compact_freed));
 	fprintf(f, "tierkv:   evicted %llu, demoted %llu, merged %llu, governor runs %llu, "
 		"pages read %llu, cold pages skipped %llu\n",
 		(unsigned long long)ks->evicted, (unsigned long long)ks->demoted,
 		(unsigned long long)ks->merged, (unsigned long long)ks->gov_runs,
 		(unsigned long long)ks->pages_read, (unsigned long long)ks->pages_skipped);
+}
+
+void cli_print_layer_plan(FILE *f, const struct tkv_kv_layer_plan *p)
+{
+	static const char *const mode[] = { "uniform", "auto", "fixed" };
+	char buf[4096];
+
+	if (p->mode == TKV_PLAN_UNIFORM)
+		return;
+	tkv_kv_layer_plan_str(p, buf, sizeof buf);
+	if (p->pending)
+		fprintf(f, "tierkv:   layer plan (%s): not chosen yet (fewer than %d tokens)\n", mode[p->mode],
+			TKV_PLAN_AUTO_TOKENS);
+	else
+		fprintf(f, "tierkv:   layer plan (%s): %s (page tokens:budget weight per layer)\n", mode[p->mode], buf);
+	if (p->mode == TKV_PLAN_AUTO && !p->pending) {
+		fprintf(f, "tierkv:   attention entropy per layer (nats per head):");
+		for (uint32_t l = 0; l < p->n_layer; l++)
+			fprintf(f, " %.2f", p->entropy[l]);
+		fprintf(f, "\n");
+	}
+}
+
+int cli_check_layer_plan(const char *cmd, const struct tkv_engine_params *ep, const struct tkv_model_info *info)
+{
+	if (ep->layer_plan.mode == TKV_PLAN_FIXED && ep->layer_plan.n_layer != info->n_layer) {
+		fprintf(stderr, "tierkv %s: --kv-layer-plan lists %u layers; the model has %u (one entry per layer)\n",
+			cmd, ep->layer_plan.n_layer, info->n_layer);
+		return CLI_USAGE;
+	}
+	return 0;
 }

@@ -178,6 +178,8 @@ int cli_run(int argc, char **argv)
 	if ((st = tkv_model_load(&m, o.model, &mp, &err)))
 		goto fail;
 	tkv_model_get_info(m, &info);
+	if ((rc = cli_check_layer_plan("run", &o.ep, &info)))
+		goto out;
 	tok = llama_tokenizer(m);
 	if ((st = tkv_engine_init(&e, m, &o.ep, &err)) || (st = tkv_seq_init(&seq, e, &err)) ||
 	    (st = samp_init(&smp, &o.sp, (int32_t)info.n_vocab, NULL, &err)))
@@ -282,8 +284,13 @@ int cli_run(int argc, char **argv)
 			cli_fmt_bytes(b3, sizeof b3, (double)ks.kv_bytes),
 			ks.budget ? cli_fmt_bytes(b4, sizeof b4, (double)ks.budget) : "unlimited",
 			cli_fmt_bytes(b5, sizeof b5, (double)cli_peak_rss()));
-		if (o.kv_stats)
+		if (o.kv_stats) {
+			struct tkv_kv_layer_plan lp;
+
 			cli_print_kv_stats(stderr, &ks, ks.n_tokens * tkv_model_kv_bytes_per_token(m));
+			tkv_seq_layer_plan(seq, &lp);
+			cli_print_layer_plan(stderr, &lp);
+		}
 	}
 	rc = CLI_OK;
 	goto out;

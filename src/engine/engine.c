@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kv/plan.h"
 #include "kv/policy.h"
 #include "kv/pool.h"
 #include "kv/prefix.h"
@@ -39,6 +40,8 @@ struct tkv_seq {
 	struct kv_seq *kv;
 	struct tkv_seq *prev, *next;
 	uint32_t n_past;
+	bool plan_pending;   /* AUTO layer plan not chosen yet */
+	float *plan_ent;     /* (n_layer) AUTO: entropies the plan was chosen from, or NULL */
 	size_t budget;       /* per-sequence K+V cap (0 = none) */
 	size_t gov_budget;   /* cap set by the governor (0 = none) */
 };
@@ -76,6 +79,20 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 		return tkv_errf(err, TKV_ERR_ARG, "unknown KV type %d", (int)p->kv_type);
 	if (p->page_tokens == 0 || p->page_tokens > 4096)
 		return tkv_errf(err, TKV_ERR_ARG, "KV page size %u tokens: must be 1..4096", p->page_tokens);
+	if ((unsigned)p->layer_plan.mode > TKV_PLAN_FIXED)
+		return tkv_errf(err, TKV_ERR_ARG, "unknown layer plan mode %d", (int)p->layer_plan.mode);
+	if (p->layer_plan.mode == TKV_PLAN_FIXED) {
+		const struct tkv_kv_layer_plan *lp = &p->layer_plan;
+
+		if (lp->n_layer != m->info.n_layer)
+			return tkv_errf(err, TKV_ERR_ARG, "the layer plan lists %u layers; the model has %u", lp->n_layer,
+					m->info.n_layer);
+		for (uint32_t l = 0; l < lp->n_layer; l++)
+			if (lp->page_tokens[l] == 0 || lp->page_tokens[l] > 4096 || !(lp->weight[l] > 0 && lp->weight[l] <= 16))
+				return tkv_errf(err, TKV_ERR_ARG,
+						"layer plan, layer %u: page tokens %u (1..4096), weight %g ((0, 16])", l,
+						lp->page_tokens[l], lp->weight[l]);
+	}
 	e = tkv_calloc(p->alloc, 1, sizeof *e);
 	if (!e)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory creating the engine");
@@ -155,6 +172,16 @@ static void seq_stats_add(const struct kv_seq *kv, struct tkv_kv_stats *out)
 	}
 }
 
+/* The pool's compaction counters (engine-wide). */
+static void pool_compact_stats(const struct kv_pool_stats *ps, struct tkv_kv_stats *out)
+{
+	out->compactions = ps->compactions;
+	out->compact_slots = ps->compact_slots;
+	out->compact_bytes = ps->compact_bytes;
+	out->compact_ns = ps->compact_ns;
+	out->compact_freed = ps->compact_freed;
+}
+
 void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 {
 	struct kv_pool_stats ps;
@@ -178,6 +205,7 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 	out->merged += e->merged_gone;
 	out->cow += e->cow_gone;
 	out->gov_runs = e->gov_runs;
+	pool_compact_stats(&ps, out);
 	if (e->prefix) {
 		struct kv_prefix_stats xs;
 
@@ -210,6 +238,12 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
 	out->budget = s->budget;
 	out->n_tokens = s->n_past;
 	out->gov_runs = s->e->gov_runs;
+	{
+		struct kv_pool_stats ps;
+
+		kv_pool_stats(s->e->pool, &ps);
+		pool_compact_stats(&ps, out);
+	}
 }
 
 /* Puts a new sequence on the engine's list of live ones. */
@@ -239,6 +273,18 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 		return st;
 	}
 	s->budget = e->cfg.seq_budget;
+	if (e->params.layer_plan.mode == TKV_PLAN_FIXED) {
+		kv_plan_apply(s->kv, &e->params.layer_plan);
+	} else if (e->params.layer_plan.mode == TKV_PLAN_AUTO) {
+		s->plan_ent = tkv_calloc(e->alloc, in->n_layer, sizeof *s->plan_ent);
+		if (!s->plan_ent) {
+			kv_seq_free(s->kv);
+			tkv_free(e->alloc, s);
+			return tkv_errf(err, TKV_ERR_NOMEM, "out of memory creating a sequence");
+		}
+		s->plan_pending = true;
+		s->kv->measure_entropy = true;
+	}
 	seq_link(e, s);
 	*out = s;
 	return TKV_OK;
@@ -258,6 +304,16 @@ int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_err
 		tkv_free(e->alloc, s);
 		return st;
 	}
+	if (src->plan_ent) {
+		s->plan_ent = tkv_malloc(e->alloc, src->kv->n_layer * sizeof *s->plan_ent);
+		if (!s->plan_ent) {
+			kv_seq_free(s->kv);
+			tkv_free(e->alloc, s);
+			return tkv_errf(err, TKV_ERR_NOMEM, "out of memory copying a sequence");
+		}
+		memcpy(s->plan_ent, src->plan_ent, src->kv->n_layer * sizeof *s->plan_ent);
+	}
+	s->plan_pending = src->plan_pending;
 	s->e = e;
 	s->n_past = src->n_past;
 	s->budget = src->budget;
@@ -289,7 +345,23 @@ void tkv_seq_free(struct tkv_seq *s)
 		s->next->prev = s->prev;
 	e->n_seqs--;
 	kv_seq_free(s->kv);
+	tkv_free(e->alloc, s->plan_ent);
 	tkv_free(e->alloc, s);
+}
+
+void tkv_seq_layer_plan(const struct tkv_seq *s, struct tkv_kv_layer_plan *out)
+{
+	const struct kv_seq *kv = s->kv;
+
+	memset(out, 0, sizeof *out);
+	out->mode = s->e->params.layer_plan.mode;
+	out->pending = s->plan_pending;
+	out->n_layer = kv->n_layer < TKV_MAX_PLAN_LAYERS ? kv->n_layer : TKV_MAX_PLAN_LAYERS;
+	for (uint32_t l = 0; l < out->n_layer; l++) {
+		out->page_tokens[l] = kv->streams[(size_t)l * kv->n_kv_head].page_tokens;
+		out->weight[l] = kv->layer_weight[l];
+		out->entropy[l] = s->plan_ent ? s->plan_ent[l] : 0.0f;
+	}
 }
 
 uint32_t tkv_seq_n_past(const struct tkv_seq *s)
@@ -461,6 +533,21 @@ static int check_tokens(const struct tkv_engine *e, const struct tkv_seq *s, con
 	return TKV_OK;
 }
 
+/* An AUTO layer plan from the entropy measured so far (plan.h). */
+static void choose_plan(struct tkv_engine *e, struct tkv_seq *s)
+{
+	struct tkv_kv_layer_plan *lp = tkv_malloc(e->alloc, sizeof *lp);
+
+	if (!lp)
+		return; /* no scratch: try again after the next chunk */
+	kv_plan_auto(s->kv, e->cfg.group, e->params.page_tokens, lp);
+	kv_plan_apply(s->kv, lp);
+	memcpy(s->plan_ent, lp->entropy, s->kv->n_layer * sizeof *s->plan_ent);
+	tkv_free(e->alloc, lp);
+	s->plan_pending = false;
+	s->kv->measure_entropy = false;
+}
+
 /* After a forward pass: positions advance, then the policy restores the budget. */
 static int advance(struct tkv_engine *e, struct tkv_seq *s, uint32_t c, struct tkv_error *err)
 {
@@ -468,6 +555,8 @@ static int advance(struct tkv_engine *e, struct tkv_seq *s, uint32_t c, struct t
 
 	s->n_past += c;
 	s->kv->n_pos = (int32_t)s->n_past;
+	if (s->plan_pending && s->n_past >= TKV_PLAN_AUTO_TOKENS)
+		choose_plan(e, s);
 	if ((st = seq_maintain(e, s)))
 		return tkv_errf(err, st, "out of memory while applying the KV policy");
 	return TKV_OK;

@@ -523,11 +523,11 @@ static void attn_worker(void *ctx, int ith, int nth)
 			a.out = j->s->ao + (row * in->n_head + (size_t)g * group) * hd;
 			a.qpos = sg->pos0 + (int32_t)i;
 			a.att = observe ? j->s->att + (size_t)ith * j->s->n_ctx : NULL;
-			a.entropy = cfg->adaptive ? &st->ent_sum : NULL;
+			a.entropy = cfg->adaptive || sg->seq->measure_entropy ? &st->ent_sum : NULL;
 			kv_attn(st, hd, &a);
 			if (observe)
 				kv_policy_observe(cfg, st, a.att);
-			if (cfg->adaptive)
+			if (a.entropy)
 				st->ent_n++;
 		}
 	}
