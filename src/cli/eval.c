@@ -759,9 +759,9 @@ static int write_json(const char *path, const struct eval_opts *o, const struct 
 		const struct eval_row *r = &rows[i];
 		struct row_vals v = row_values(r);
 
-		fprintf(f, "{\"policy\":\"%s\",\"layer_plan\":\"%s\",\"plan_applied\":\"%s\"", tkv_policy_name(r->policy),
-			o->plan_names[r->plan], r->plan_chosen);
+		fprintf(f, "{\"policy\":\"%s\"", tkv_policy_name(r->policy));
 		jnum(f, "budget", r->budget);
+		fprintf(f, ",\"layer_plan\":\"%s\",\"plan_applied\":\"%s\"", o->plan_names[r->plan], r->plan_chosen);
 		jnum(f, "failed", r->failed);
 		jnum(f, "texts", (double)r->n_texts);
 		jnum(f, "positions", (double)r->acc.n);

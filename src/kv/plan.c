@@ -76,7 +76,7 @@ void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t 
 	if (cap == 0)
 		return;
 	buf[0] = 0;
-	if (p->n_layer == 0 || (p->mode == TKV_PLAN_AUTO && p->pending)) {
+	if (p->n_layer == 0 || p->mode == TKV_PLAN_UNIFORM || (p->mode == TKV_PLAN_AUTO && p->pending)) {
 		snprintf(buf, cap, "%s", p->mode == TKV_PLAN_AUTO ? "auto" : "uniform");
 		return;
 	}
