@@ -6,7 +6,8 @@
  * its full f16 cache at its final length) and a layer plan (uniform or one of
  * fixed per-layer page sizes). A step picks a live sequence and appends a
  * prompt chunk (its first call: 1..64 tokens) or one token, with random keys
- * and values, feeds random attention to the policy (scores, entropy), then
+ * and values, feeds random attention to the policy (scores, entropy; for the
+ * prompt and every 4th token), then
  * maintains it as the engine does: budget split, kv_policy_maintain per
  * stream (evictions, demotions, compaction), and compaction of streams that
  * gathered small pages. A finished sequence is freed and a new one starts.
@@ -36,9 +37,9 @@
 #define N_SEQS 1000
 #define MAX_LIVE 12
 #define MAX_LEN 512
-#define N_LAYER 3
+#define N_LAYER 2
 #define N_KV_HEAD 2
-#define HD 64
+#define HD 16
 #define GROUP 2
 #define P 16
 #define FRAG_MAX 0.05
@@ -190,7 +191,7 @@ static void test_frag_1000_sequences(void **state)
 						TKV_POLICY_TOVA, TKV_POLICY_KIVI, TKV_POLICY_TIERED,
 						TKV_POLICY_ADAPTIVE };
 	static const double fracs[] = { 0.0, 0.0625, 0.125, 0.25, 0.35, 0.5 };
-	static const uint32_t plans[][N_LAYER] = { { P, P, P }, { 32, 16, 8 }, { 64, 16, 4 }, { 8, 8, 32 } };
+	static const uint32_t plans[][N_LAYER] = { { P, P }, { 32, 8 }, { 64, 4 }, { 8, 32 } };
 	struct tkv_alloc a = { 0 };
 	struct kv_pool_params pp = kv_pool_default_params();
 	struct kv_pool *pool = NULL;
@@ -229,7 +230,7 @@ static void test_frag_1000_sequences(void **state)
 			{
 				const uint32_t *plan = plans[rng_u32() % (sizeof plans / sizeof plans[0])];
 
-				if (plan[0] != P || plan[1] != P || plan[2] != P)
+				if (plan[0] != P || plan[1] != P)
 					for (uint32_t ly = 0; ly < N_LAYER; ly++)
 						kv_seq_set_layer(l->s, ly, plan[ly], 0.5f + 0.5f * (float)ly);
 			}
@@ -241,7 +242,9 @@ static void test_frag_1000_sequences(void **state)
 		if (n > l->len - (uint32_t)l->s->n_pos)
 			n = l->len - (uint32_t)l->s->n_pos;
 		append(l->s, n);
-		if (l->c->score != KV_SCORE_NONE || l->c->adaptive)
+		/* attention for the prompt and every 4th token (scores need not be
+		 * exact, only varied) */
+		if ((l->c->score != KV_SCORE_NONE || l->c->adaptive) && (n > 1 || l->s->n_pos % 4 == 0))
 			attend(l->c, l->s, att);
 		maintain(l->c, l);
 		steps++;

@@ -180,6 +180,7 @@ int cli_run(int argc, char **argv)
 	tkv_model_get_info(m, &info);
 	if ((rc = cli_check_layer_plan("run", &o.ep, &info)))
 		goto out;
+	rc = CLI_ERR;
 	tok = llama_tokenizer(m);
 	if ((st = tkv_engine_init(&e, m, &o.ep, &err)) || (st = tkv_seq_init(&seq, e, &err)) ||
 	    (st = samp_init(&smp, &o.sp, (int32_t)info.n_vocab, NULL, &err)))

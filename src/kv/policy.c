@@ -610,8 +610,10 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 	}
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
-		/* full-size pages for the bulk, a small one for the rest */
-		uint32_t pc = n < cap ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
+		/* full-size pages for the bulk, a small one for the rest; q4/q2
+		 * pages stay full-size: their per-channel key parameters cost the
+		 * same whatever the cap, so a small page pays more per slot */
+		uint32_t pc = n < cap && !kv_fmt_packed(fmt) ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
 		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, pc, &why);
 
 		if (!pg)

@@ -261,10 +261,14 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
  * fills one, until one partial page is left. */
 static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
 {
-	uint32_t d = s->head_dim, cap_max = 0;
+	uint32_t d = s->head_dim, cap_max = 0, n_partial = 0;
 	float *K = NULL, *V = NULL;
 	int rc = TKV_OK;
 
+	for (uint32_t i = 0; i < st->n_pages && n_partial < 2; i++)
+		n_partial += in_group(st->pages[i], fmt, rot) && partial(st->pages[i]);
+	if (n_partial < 2)
+		return TKV_OK;
 	if (kv_fmt_packed(fmt)) {
 		for (uint32_t i = 0; i < st->n_pages; i++)
 			if (in_group(st->pages[i], fmt, rot) && partial(st->pages[i]) && st->pages[i]->cap > cap_max)
@@ -388,13 +392,13 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 	t = 0;
 	for (uint32_t j = 0; j < n_new; j++) {
 		struct kv_page *pg = fresh[j];
-		uint32_t n = pg->cap;
+		uint32_t n = pg->cap < T - t ? pg->cap : T - t;
 
 		if (kv_fmt_packed(fmt)) {
-			kv_tier_pack(fmt, pg->k, pg->v, n, d, K + (size_t)t * d, V + (size_t)t * d, n);
+			kv_tier_pack(fmt, pg->k, pg->v, pg->cap, d, K + (size_t)t * d, V + (size_t)t * d, n);
 		} else {
 			for (uint32_t k = 0; k < n; k++)
-				kv_tier_store(fmt, pg->k, pg->v, n, d, k, K + (size_t)(t + k) * d,
+				kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, k, K + (size_t)(t + k) * d,
 					      V + (size_t)(t + k) * d);
 		}
 		memcpy(pg->pos, pos + t, n * sizeof *pos);
@@ -403,7 +407,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 		pg->flags |= (uint8_t)(rot | KV_PAGE_DIRTY);
 		kv_pool_set_used(s->pool, pg, n);
 		kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
-		cc->bytes += pg->kv_bytes;
+		cc->bytes += kv_page_share(pg, n);
 		t += n;
 	}
 	cc->slots += T;
