@@ -40,6 +40,14 @@ expect 2 "out of range" run -m "$model" --top-p 2
 expect 2 "out of range" run -m "$model" -t 0
 expect 2 "not a size" run -m "$model" --kv-mem 12Q
 expect 2 "not f16 or f32" run -m "$model" --kv-type q3
+# layer plans: malformed, or not one entry per layer of the model (5)
+expect 2 "entry 2: page tokens" run -m "$model" --kv-layer-plan 16,x
+expect 2 "budget weight" run -m "$model" --kv-layer-plan 16:0,16,16,16,16
+expect 2 "lists 3 layers; the model has 5" run -m "$model" -p a -n 1 --kv-layer-plan 16,16,8
+printf 'Once upon a time there was a cat.' >"$tmp/plan.txt"
+expect 2 "lists 2 layers; the model has 5" eval -m "$model" "$tmp/plan.txt" --gen 0 --layer-plans 'auto;16,8'
+expect 2 "layer-plans" eval -m "$model" "$tmp/plan.txt" --layer-plans 'auto;;'
+expect 0 "" run -m "$model" -p a -n 40 --temp 0 --kv-layer-plan auto --kv-stats
 expect 2 "not both" run -m "$model" -p a -f b
 expect 2 "no text" tokenize -m "$model"
 expect 2 "no model given" inspect

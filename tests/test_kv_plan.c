@@ -1,0 +1,279 @@
+/* test_kv_plan.c - layer plans: parsing and printing, the AUTO choice from
+ * entropy, the budget split by layer weights, and the engine on stories260K
+ * (a fixed plan's page sizes on the pages it allocates, an auto plan chosen
+ * after TKV_PLAN_AUTO_TOKENS tokens, the wrong layer count refused). */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/plan.h"
+#include "kv/policy.h"
+#include "kv/pool.h"
+#include "kv/seq.h"
+#include "tierkv.h"
+
+static void test_parse(void **state)
+{
+	struct tkv_kv_layer_plan p;
+	struct tkv_error err = { 0 };
+	char buf[256];
+	static const char *const bad[] = { "", "0", "4097", "16,", ",16", "16,,8", "16:", "16:0", "16:-1", "16:17",
+					   "16:x", "x", "16;8", "16 8", "-4", "16:1:2", "auto,16" };
+
+	(void)state;
+	assert_int_equal(tkv_kv_layer_plan_parse(&p, "uniform", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_PLAN_UNIFORM);
+	assert_int_equal(tkv_kv_layer_plan_parse(&p, "auto", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_PLAN_AUTO);
+	assert_int_equal(tkv_kv_layer_plan_parse(&p, "32:0.5,16,8:2.5", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_PLAN_FIXED);
+	assert_int_equal(p.n_layer, 3);
+	assert_int_equal(p.page_tokens[0], 32);
+	assert_int_equal(p.page_tokens[1], 16);
+	assert_int_equal(p.page_tokens[2], 8);
+	assert_true(p.weight[0] == 0.5f && p.weight[1] == 1.0f && p.weight[2] == 2.5f);
+	/* printed with weights normalized to mean 1 */
+	tkv_kv_layer_plan_str(&p, buf, sizeof buf);
+	assert_string_equal(buf, "32:0.38,16:0.75,8:1.88");
+	assert_int_equal(tkv_kv_layer_plan_parse(&p, "4096", &err), TKV_OK);
+	assert_int_equal(p.n_layer, 1);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		err.msg[0] = 0;
+		if (tkv_kv_layer_plan_parse(&p, bad[i], &err) != TKV_ERR_ARG)
+			fail_msg("'%s' accepted", bad[i]);
+		assert_true(strlen(err.msg) > 10);
+	}
+	/* more layers than a plan holds */
+	{
+		char *big = malloc(3 * (TKV_MAX_PLAN_LAYERS + 1) + 1);
+
+		assert_non_null(big);
+		big[0] = 0;
+		for (int i = 0; i <= TKV_MAX_PLAN_LAYERS; i++)
+			strcat(big, i ? ",16" : "16");
+		assert_int_equal(tkv_kv_layer_plan_parse(&p, big, &err), TKV_ERR_ARG);
+		free(big);
+	}
+}
+
+/* AUTO: wider attention (higher entropy) gets coarser pages and a larger
+ * share; equal entropies give the uniform plan; weights have mean 1 and
+ * stay within [1/4, 4] of the mean before normalization. */
+static void test_auto(void **state)
+{
+	struct tkv_alloc a = { 0 };
+	struct kv_pool_params pp = kv_pool_default_params();
+	struct kv_pool *pool;
+	struct kv_seq *s;
+	struct tkv_kv_layer_plan p;
+	const uint32_t group = 2;
+	const double ent[5] = { 1.0, 0.3, 1.3, 1.5, 2.5 }; /* nats per query head */
+
+	(void)state;
+	assert_int_equal(kv_pool_init(&pool, &pp, &a, NULL), TKV_OK);
+	assert_int_equal(kv_seq_init(&s, pool, 5, 2, 8, &a, NULL), TKV_OK);
+	kv_plan_auto(s, group, 16, &p);
+	for (uint32_t l = 0; l < 5; l++) {
+		assert_int_equal(p.page_tokens[l], 16);
+		assert_true(fabsf(p.weight[l] - 1.0f) < 1e-6f);
+	}
+	for (uint32_t l = 0; l < 5; l++)
+		for (uint32_t h = 0; h < 2; h++) {
+			struct kv_stream *st = kv_seq_stream(s, l, h);
+
+			st->ent_n = 10;
+			st->ent_sum = ent[l] * (double)group * 10.0 * (h ? 1.1 : 0.9);
+		}
+	kv_plan_auto(s, group, 16, &p);
+	{
+		double wsum = 0.0;
+
+		for (uint32_t l = 0; l < 5; l++) {
+			assert_true(fabsf(p.entropy[l] - (float)ent[l]) < 1e-5f);
+			wsum += p.weight[l];
+		}
+		assert_true(fabs(wsum - 5.0) < 1e-4);
+	}
+	/* geometric mean of the spans exp(1.32): layer 1 (0.3) narrow, layer 4 (2.5) wide */
+	assert_int_equal(p.page_tokens[1], 8);
+	assert_int_equal(p.page_tokens[4], 32);
+	assert_int_equal(p.page_tokens[0], 16);
+	assert_int_equal(p.page_tokens[2], 16);
+	assert_int_equal(p.page_tokens[3], 16);
+	for (uint32_t l = 0; l + 1 < 5; l++)
+		if (ent[l] < ent[l + 1])
+			assert_true(p.weight[l] <= p.weight[l + 1]);
+	/* weights within the clamp */
+	assert_true(p.weight[4] / p.weight[1] <= 16.0f + 1e-4f);
+	/* one layer far wider than the rest: weights clamped to 1/4 and 4 of
+	 * the mean span, then normalized */
+	for (uint32_t l = 0; l < 5; l++)
+		for (uint32_t h = 0; h < 2; h++)
+			kv_seq_stream(s, l, h)->ent_sum = (l == 4 ? 5.0 : 0.0) * (double)group * 10.0;
+	kv_plan_auto(s, group, 16, &p);
+	assert_true(fabsf(p.weight[4] / p.weight[0] - 16.0f) < 1e-3f);
+	assert_true(fabsf(p.weight[0] * 4 + p.weight[4] - 5.0f) < 1e-4f);
+	kv_plan_auto(s, group, 16, &p);
+	/* applied: streams take the page sizes, warm/cold pages 4x */
+	kv_plan_apply(s, &p);
+	assert_true(s->plan_set);
+	for (uint32_t l = 0; l < 5; l++)
+		for (uint32_t h = 0; h < 2; h++) {
+			assert_int_equal(kv_seq_stream(s, l, h)->page_tokens, p.page_tokens[l]);
+			assert_int_equal(kv_seq_stream(s, l, h)->low_cap, 4 * p.page_tokens[l]);
+		}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+/* The budget split under a plan: each layer's streams together get the
+ * layer's weight share of the sequence's bytes. */
+static void test_split(void **state)
+{
+	struct tkv_alloc a = { 0 };
+	struct kv_pool_params pp = kv_pool_default_params();
+	struct tkv_kv_policy_params kp = tkv_kv_policy_default_params();
+	struct kv_pool *pool;
+	struct kv_seq *s;
+	struct kv_cfg c;
+	const float w[3] = { 0.5f, 1.0f, 2.5f };
+	const size_t bytes = 300000;
+
+	(void)state;
+	assert_int_equal(kv_pool_init(&pool, &pp, &a, NULL), TKV_OK);
+	assert_int_equal(kv_seq_init(&s, pool, 3, 2, 8, &a, NULL), TKV_OK);
+	assert_int_equal(kv_cfg_init(&c, &kp, 8, 1, KV_FMT_F16, 16, NULL), TKV_OK);
+	for (uint32_t l = 0; l < 3; l++)
+		kv_seq_set_layer(s, l, 16, w[l]);
+	kv_policy_split_budget(&c, s, bytes);
+	for (uint32_t l = 0; l < 3; l++) {
+		size_t got = kv_seq_stream(s, l, 0)->budget + kv_seq_stream(s, l, 1)->budget;
+		double want = (double)bytes * w[l] / 4.0;
+
+		assert_true(fabs((double)got - want) <= 2.0);
+	}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+static struct tkv_model *load(void)
+{
+	const char *path = tu_model_path("stories260K.gguf");
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_model *m = NULL;
+	struct tkv_error err = { 0 };
+
+	if (!path)
+		return NULL;
+	if (tkv_model_load(&m, path, &mp, &err))
+		fail_msg("load: %s", err.msg);
+	return m;
+}
+
+static void decode_n(struct tkv_seq *s, uint32_t n)
+{
+	struct tkv_error err = { 0 };
+	float logits[512];
+
+	for (uint32_t i = 0; i < n; i++) {
+		int32_t id = (int32_t)(1 + (i * 37) % 500);
+
+		if (tkv_seq_decode(s, &id, 1, logits, 0, &err))
+			fail_msg("decode: %s", err.msg);
+	}
+}
+
+/* The engine: a wrong layer count is refused; a fixed plan's pages follow
+ * its page sizes; an auto plan is pending until TKV_PLAN_AUTO_TOKENS tokens,
+ * then chosen from the measured entropy and applied. */
+static void test_engine(void **state)
+{
+	struct tkv_model *m = load();
+	struct tkv_model_info info;
+	struct tkv_engine_params ep = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = { 0 };
+	struct tkv_kv_layer_plan lp;
+
+	(void)state;
+	if (!m)
+		skip();
+	tkv_model_get_info(m, &info);
+	assert_int_equal(info.n_layer, 5);
+	ep.n_threads = 1;
+	assert_int_equal(tkv_kv_layer_plan_parse(&ep.layer_plan, "16,8", &err), TKV_OK);
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_ERR_ARG);
+	assert_non_null(strstr(err.msg, "the model has 5"));
+
+	/* fixed: pages allocated in a layer never exceed its page size */
+	assert_int_equal(tkv_kv_layer_plan_parse(&ep.layer_plan, "32:0.5,32,16,8,4:2", &err), TKV_OK);
+	ep.kv.seq_budget = 40 * tkv_model_kv_bytes_per_token(m);
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	decode_n(s, 150);
+	tkv_seq_layer_plan(s, &lp);
+	assert_int_equal(lp.mode, TKV_PLAN_FIXED);
+	assert_int_equal(lp.pending, 0);
+	for (uint32_t l = 0; l < 5; l++) {
+		assert_int_equal(lp.page_tokens[l], ep.layer_plan.page_tokens[l]);
+		assert_true(lp.weight[l] == ep.layer_plan.weight[l]);
+	}
+	{
+		struct tkv_kv_stats ks;
+
+		tkv_seq_kv_stats(s, &ks);
+		assert_true(ks.kv_bytes <= ep.kv.seq_budget);
+		assert_true(ks.compactions > 0);
+	}
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+
+	/* auto */
+	ep.layer_plan.mode = TKV_PLAN_AUTO;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	decode_n(s, TKV_PLAN_AUTO_TOKENS - 1);
+	tkv_seq_layer_plan(s, &lp);
+	assert_int_equal(lp.mode, TKV_PLAN_AUTO);
+	assert_int_equal(lp.pending, 1);
+	for (uint32_t l = 0; l < 5; l++)
+		assert_int_equal(lp.page_tokens[l], 16);
+	decode_n(s, 1);
+	tkv_seq_layer_plan(s, &lp);
+	assert_int_equal(lp.pending, 0);
+	{
+		double wsum = 0.0;
+		int differ = 0;
+
+		for (uint32_t l = 0; l < 5; l++) {
+			assert_true(lp.entropy[l] > 0.0f && lp.entropy[l] < logf(32.0f) + 1e-3f);
+			assert_true(lp.page_tokens[l] == 8 || lp.page_tokens[l] == 16 || lp.page_tokens[l] == 32);
+			wsum += lp.weight[l];
+			differ |= lp.weight[l] != lp.weight[0];
+		}
+		assert_true(fabs(wsum - 5.0) < 1e-3);
+		assert_true(differ);
+	}
+	decode_n(s, 100);
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse),
+		cmocka_unit_test(test_auto),
+		cmocka_unit_test(test_split),
+		cmocka_unit_test(test_engine),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
