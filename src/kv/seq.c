@@ -368,9 +368,11 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 		why = TKV_ERR_NOMEM;
 		goto out;
 	}
-	/* the new pages first: the old ones go back once their slots are safe */
+	/* the new pages first: the old ones go back once their slots are safe;
+	 * the last one has the room a growing stream's page may have, so the
+	 * next slots land there instead of in a new page to be merged again */
 	for (; got < n_new; got++) {
-		uint32_t cap = got < T / M ? M : T % M;
+		uint32_t cap = got < T / M ? M : kv_stream_tail_cap(s, st, fmt, T % M, M);
 
 		if (!(fresh[got] = kv_pool_get(s->pool, d, fmt, cap, &why)))
 			goto out;
@@ -478,14 +480,18 @@ bool kv_stream_untidy(const struct kv_stream *st)
 uint32_t kv_stream_tail_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t need,
 			    uint32_t full)
 {
-	uint32_t c = KV_PAGE_MIN;
+	uint32_t room = 1, c;
 	/* room the page may leave empty: a share of what the stream holds */
-	double room = (double)st->kv_bytes / KV_TAIL_SHARE / ((double)kv_page_kv_bytes(full, s->head_dim, fmt) / full);
+	double most = (double)st->kv_bytes / KV_TAIL_SHARE / ((double)kv_page_kv_bytes(full, s->head_dim, fmt) / full);
 
-	while ((double)c * 2 <= room && c * 2 <= full)
-		c *= 2;
-	if (c < need)
-		c = need;
+	if (most < 1.0)
+		room = 0;
+	else
+		while ((double)room * 2 <= most && room * 2 <= full)
+			room *= 2;
+	c = need + room;
+	if (c < KV_PAGE_MIN)
+		c = KV_PAGE_MIN;
 	return c < full ? c : full;
 }
 

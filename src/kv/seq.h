@@ -68,7 +68,7 @@ static inline uint32_t kv_low_cap(uint32_t P, bool plan)
 #define KV_PAGE_MIN 2
 /* A growing stream's newest page holds at most 1/KV_TAIL_SHARE of what the
  * stream already holds (in K+V bytes): the room it leaves empty. */
-#define KV_TAIL_SHARE 32
+#define KV_TAIL_SHARE 64
 
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
 		uint32_t head_dim, struct tkv_alloc *a, struct tkv_error *err);
@@ -91,9 +91,9 @@ static inline struct kv_stream *kv_seq_stream(struct kv_seq *s, uint32_t layer, 
 void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, float weight);
 
 /* Slots of the last page a stream takes for `need` more slots of a format
- * whose full-size pages hold `full` (need < full): at least KV_PAGE_MIN and
- * need, a power of two above that while its empty room stays within
- * 1/KV_TAIL_SHARE of the stream's K+V bytes, at most full. */
+ * whose full-size pages hold `full` (need < full): need and room for more,
+ * the largest power of two of slots within 1/KV_TAIL_SHARE of the stream's
+ * K+V bytes; at least KV_PAGE_MIN, at most full. */
 uint32_t kv_stream_tail_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t need,
 			    uint32_t full);
 /* Bytes of new pages kv_seq_reserve(s, n_new) would take. */
@@ -101,8 +101,7 @@ size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new);
 
 /* Makes room for n_new more tokens in every stream (dynamic chunking: whole
  * pages of the stream's page_tokens for the bulk, and for the rest one page
- * of at least KV_PAGE_MIN slots and what the rest needs, but no more room than
- * 1/KV_TAIL_SHARE of what the stream holds, up to page_tokens), all or nothing: on
+ * sized by kv_stream_tail_cap), all or nothing: on
  * TKV_ERR_KV_FULL (budget) or TKV_ERR_NOMEM nothing changes and err says how
  * many bytes were needed against what the budget had left. */
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err);
@@ -130,9 +129,10 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
  * fullest partner until one partial page is left. Then, when the loose
  * pages' empty slots still come to more than 1/KV_SLACK_SHARE of the stream's
  * page bytes, or there are KV_UNTIDY_PAGES of them, their slots are rewritten
- * into full-size pages and one right-sized page for the rest (cap = the slots
- * left), new pages taken before the old ones go back (when the pool cannot
- * give them, the group stays as packed in place). Slots keep their positions and
+ * into full-size pages and one right-sized page for the rest (the slots left
+ * and the room kv_stream_tail_cap allows a growing stream), new pages taken
+ * before the old ones go back (when the pool cannot give them, the group
+ * stays as packed in place). Slots keep their positions and
  * scores; per-slot formats move bit for bit, q4/q2 slots are re-packed once
  * with their new page's key parameters. Frozen (shared) pages are left alone.
  * The slots and bytes moved and the time taken are added to the pool's
