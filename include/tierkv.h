@@ -200,10 +200,10 @@ struct tkv_engine_params {
 	uint32_t n_ctx;         /* max tokens per sequence; 0 = the model's training context */
 	uint32_t n_batch;       /* prefill chunk in tokens (default 64) */
 	struct tkv_kv_policy_params kv;  /* cache policy (default: tiered) */
-	int prefix_cache;       /* share the pages of common prompt prefixes (default 0; with a
-				 * layer plan other than uniform only layers with page_tokens-slot
-				 * pages can be shared, so prefixes are published only when
-				 * every layer has them) */
+	int prefix_cache;       /* share the pages of common prompt prefixes (default 0; a
+				 * prompt chunk is published only when every layer holds it in
+				 * a page of page_tokens slots, which a fixed layer plan with
+				 * other sizes prevents) */
 	struct tkv_kv_layer_plan layer_plan; /* page size and budget share per layer (uniform) */
 	struct tkv_alloc *alloc;
 };
