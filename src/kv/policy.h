@@ -75,7 +75,9 @@ uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_d
 
 /* Splits a sequence's K+V budget over its streams: evenly, or (adaptive) in
  * proportion to each stream's effective attention span exp(mean entropy),
- * never below what its protected slots need. bytes 0 clears the budgets. */
+ * never below what its protected slots need. Under a layer plan
+ * (s->plan_set) each layer first gets its weight's share, then that share is
+ * split over the layer's streams the same way. bytes 0 clears the budgets. */
 void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes);
 
 /* Brings one stream within its budget; policies marked `always` also act
