@@ -1831,6 +1831,81 @@ static void test_fork_continues_identically(void **state)
 	tkv_model_free(m);
 }
 
+/* The governor's floor holds as sequences grow: eight sequences decode under
+ * a pool that cannot hold them at full size, with --kv-floor 0.3; after every
+ * step that succeeds, each sequence holds at least 0.3 of its full f16 K+V
+ * bytes (a cap set when it was shorter does not squeeze it below that later),
+ * and when the floor cannot be met the pool refuses (TKV_ERR_KV_FULL) instead
+ * of exceeding --kv-mem; the refused sequence is then dropped, as a server
+ * preempts. */
+static void test_governor_floor_follows_growth(void **state)
+{
+	struct tkv_model *m = load_model();
+	size_t full = full_cache_bytes(m, 200), kv_mem = 3 * full;
+	struct tkv_engine_params ep = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s[8] = { NULL };
+	static float logits[8][4096];
+	int32_t tok[8];
+	struct tkv_error err = {0};
+	struct tkv_kv_stats ks;
+	double bpt = (double)tkv_model_kv_bytes_per_token(m);
+	int live = 8, refused = 0;
+
+	(void)state;
+	ep.kv_mem = kv_mem;
+	ep.kv.policy = TKV_POLICY_TIERED;
+	ep.kv.gov_floor = 0.3f;
+	ep.n_threads = 2;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(tkv_seq_init(&s[i], e, &err), TKV_OK);
+		tok[i] = 1;
+	}
+	for (uint32_t t = 0; t < 200 && live > 0; t++) {
+		for (int i = 0; i < 8; i++) {
+			struct tkv_kv_stats ss;
+			int rc;
+
+			if (!s[i])
+				continue;
+			rc = tkv_seq_decode(s[i], &tok[i], 1, logits[i], 0, &err);
+			if (rc == TKV_ERR_KV_FULL) {
+				tkv_seq_free(s[i]);
+				s[i] = NULL;
+				live--;
+				refused++;
+				continue;
+			}
+			assert_int_equal(rc, TKV_OK);
+			tok[i] = argmax(logits[i], 512);
+			tkv_engine_kv_stats(e, &ks);
+			assert_true(ks.allocated <= kv_mem);
+			for (int j = 0; j < 8; j++) {
+				double want;
+
+				if (!s[j])
+					continue;
+				tkv_seq_kv_stats(s[j], &ss);
+				/* the floor, less a page of hot slots per stream that
+				 * maintenance leaves as slack */
+				want = 0.3 * bpt * tkv_seq_n_past(s[j]) - 20.0 * 16 * 32;
+				if ((double)ss.kv_bytes < want)
+					fail_msg("step %u: sequence %d holds %zu K+V bytes at %u tokens, floor %.0f", t, j,
+						 ss.kv_bytes, tkv_seq_n_past(s[j]), want);
+			}
+		}
+	}
+	tkv_engine_kv_stats(e, &ks);
+	assert_true(ks.gov_runs > 0);
+	assert_true(refused > 0);  /* eight at 0.3 do not fit in three full caches */
+	assert_true(live >= 3);    /* ... but more than three do */
+	for (int i = 0; i < 8; i++)
+		tkv_seq_free(s[i]);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1860,6 +1935,7 @@ int main(void)
 		cmocka_unit_test(test_governor_full_stops),
 		cmocka_unit_test(test_governor_three_seqs),
 		cmocka_unit_test(test_fork_continues_identically),
+		cmocka_unit_test(test_governor_floor_follows_growth),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -374,12 +374,24 @@ void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes)
 	s->budget = bytes;
 }
 
-/* The cap a sequence's streams are held to now. */
+/* The cap a sequence's streams are held to now. The governor's floor follows
+ * the sequence as it grows: a cap set when it was shorter never holds it below
+ * gov_floor of its full f16 cache now (past that the pool refuses, and the
+ * caller preempts). */
 static size_t seq_cap(const struct tkv_seq *s)
 {
-	if (s->budget && s->gov_budget)
-		return s->budget < s->gov_budget ? s->budget : s->gov_budget;
-	return s->budget ? s->budget : s->gov_budget;
+	size_t gov = s->gov_budget;
+
+	if (gov) {
+		double floor_b = (double)s->e->params.kv.gov_floor * (double)s->n_past *
+				 (double)tkv_model_kv_bytes_per_token(s->e->model);
+
+		if ((double)gov < floor_b)
+			gov = (size_t)floor_b;
+	}
+	if (s->budget && gov)
+		return s->budget < gov ? s->budget : gov;
+	return s->budget ? s->budget : gov;
 }
 
 struct maint_job {
