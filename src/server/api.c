@@ -344,7 +344,9 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 	g->sp = samp_default_params();
 	g->alloc = c->alloc;
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-	if (!root && json_error_code(&je) == json_error_out_of_memory)
+	/* jansson reports out of memory with its code, or - when its lexer cannot
+	 * start - with no message at all */
+	if (!root && (json_error_code(&je) == json_error_out_of_memory || !je.text[0]))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
 	if (!root)
 		return srv_errf(e, 400, INVALID, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
@@ -475,13 +477,29 @@ out:
 
 /* ---- responses ----------------------------------------------------------------- */
 
+/* The compact text of j (taken). Not json_dumps: when its growing buffer
+ * fails, jansson 2.14 drops an object key from the output and goes on, so the
+ * text is measured with json_dumpb and written into a buffer of that size,
+ * from jansson's allocator (malloc unless changed; released with free()). */
 static char *dump(json_t *j)
 {
-	char *s;
+	json_malloc_t jmalloc;
+	json_free_t jfree;
+	size_t n;
+	char *s = NULL;
 
 	if (!j)
 		return NULL;
-	s = json_dumps(j, JSON_COMPACT);
+	json_get_alloc_funcs(&jmalloc, &jfree);
+	n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+	if (n && (s = jmalloc(n + 1))) {
+		if (json_dumpb(j, s, n, JSON_COMPACT) == n) {
+			s[n] = 0;
+		} else {
+			jfree(s);
+			s = NULL;
+		}
+	}
 	json_decref(j);
 	return s;
 }
@@ -523,10 +541,13 @@ char *srv_api_chunk_json(enum srv_kind kind, const char *id, long created, const
 	if (kind == SRV_CHAT) {
 		json_t *delta = json_object();
 
-		if (delta && role)
-			json_object_set_new(delta, "role", json_string("assistant"));
-		if (delta && (text || role))
-			json_object_set_new(delta, "content", json_stringn(text ? text : "", text ? len : 0));
+		/* a failed set is out of memory: drop the whole chunk, not the field */
+		if (delta && ((role && json_object_set_new(delta, "role", json_string("assistant"))) ||
+			      ((text || role) &&
+			       json_object_set_new(delta, "content", json_stringn(text ? text : "", text ? len : 0))))) {
+			json_decref(delta);
+			delta = NULL;
+		}
 		choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason",
 				   finish);
 	} else {
