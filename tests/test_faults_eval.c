@@ -1,20 +1,20 @@
 /* test_faults_eval.c - allocation-failure sweep over `tierkv eval`'s path on
  * one text (src/eval/run.c, the code the CLI runs): the full-cache reference
  * (teacher-forced pass, logits kept, greedy generation), then two rows scored
- * against it - full, and tiered under a per-sequence cap of 35% of the full
+ * against it - full, and tiered under a per-sequence cap of half the full
  * cache (demotions and evictions) - each a pass, a generation and the
  * comparison (NLL, KL, top-1, first divergence, BLEU, ROUGE-L).
  *
- * A reference run counts the allocation calls T; then for every N in
- * 1..T+1 the counting allocator fails its Nth call and every later one
- * (fail_count 0), and for every third N only the Nth (fail_count 1; the
- * neighbours hit the same sites). Each run must end in TKV_ERR_NOMEM (N <= T)
- * or succeed (N = T + 1, with the reference's results; or a transient
- * failure a fallback absorbed) and hold nothing afterwards (live bytes 0;
- * LeakSanitizer in the ASan build); a run with the allocator working again
- * must then give exactly the reference run's results (after every transient
- * failure and every RECHECK-th persistent one: each eval builds its own
- * engines, only the model is shared). */
+ * A reference run counts the allocation calls T and where the reference and
+ * each row end; plan_n picks the N (below). For each, the counting allocator
+ * fails its Nth call and every later one (fail_count 0), and for every third
+ * N of the plan only the Nth (fail_count 1). Each run must end in
+ * TKV_ERR_NOMEM (N <= T) or succeed (N = T + 1, with the reference's
+ * results; or a transient failure a fallback absorbed) and hold nothing
+ * afterwards (live bytes 0; LeakSanitizer in the ASan build); a run with the
+ * allocator working again must then give exactly the reference run's results
+ * (after every transient failure and every RECHECK-th persistent one: each
+ * eval builds its own engines, only the model is shared). */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -26,13 +26,12 @@
 
 #define N_MAX 64
 #define PREFILL 8
-#define N_PREFIX 6
-#define N_GEN 6
+#define N_PREFIX 4
+#define N_GEN 4
 #define N_ROWS 2
 #define RECHECK 16     /* a clean run after every RECHECK-th N of the persistent sweep */
 
-static const char text[] = "Once upon a time, there was a little girl named Lily. She loved to play "
-			   "outside.";
+static const char text[] = "Once upon a time, there was a little girl named Lily.";
 
 struct fixture {
 	struct tkv_model *m;
@@ -47,6 +46,7 @@ struct result {
 	int32_t ref_gen[N_GEN];
 	size_t ref_kv;
 	struct evr_row rows[N_ROWS];
+	unsigned long long marks[1 + N_ROWS];   /* allocation calls after the reference and each row */
 };
 
 static struct tkv_engine_params params(enum tkv_policy pol, size_t cap)
@@ -59,8 +59,8 @@ static struct tkv_engine_params params(enum tkv_policy pol, size_t cap)
 	ep.kv_mem = 0;
 	ep.kv.policy = pol;
 	ep.kv.seq_budget = cap;
-	ep.kv.n_sink = 2;
-	ep.kv.n_window = 4;
+	ep.kv.n_sink = 1;
+	ep.kv.n_window = 2;
 	return ep;
 }
 
@@ -75,7 +75,7 @@ static int run_eval(const struct fixture *f, struct tkv_alloc *a, struct result 
 	struct tkv_engine_params rp = params(TKV_POLICY_FULL, 0);
 	struct tkv_engine_params rows[N_ROWS] = {
 		params(TKV_POLICY_FULL, 0),
-		params(TKV_POLICY_TIERED, (size_t)(0.35 * (double)f->n * (double)f->bpt)),
+		params(TKV_POLICY_TIERED, (size_t)(0.5 * (double)f->n * (double)f->bpt)),
 	};
 	int st;
 
@@ -87,8 +87,11 @@ static int run_eval(const struct fixture *f, struct tkv_alloc *a, struct result 
 		out->ref_nll = ref.nll;
 		memcpy(out->ref_gen, ref.gen, sizeof out->ref_gen);
 		out->ref_kv = ref.end.kv_bytes;
-		for (int r = 0; r < N_ROWS && st == TKV_OK; r++)
+		out->marks[0] = atomic_load(&a->n_calls);
+		for (int r = 0; r < N_ROWS && st == TKV_OK; r++) {
 			st = evr_row_run(&x, &rows[r], &ref, f->ids, f->n, &out->rows[r], &stage, &err);
+			out->marks[1 + r] = atomic_load(&a->n_calls);
+		}
 		evr_ref_free(&x, &ref);
 	}
 	evr_free(&x);
@@ -126,18 +129,45 @@ static void load(struct fixture *f)
 	if (tkv_model_load(&f->m, path, &mp, &err))
 		fail_msg("%s", err.msg);
 	assert_int_equal(tkv_tokenize(f->m, text, sizeof text - 1, 1, 0, f->ids, N_MAX, &f->n), TKV_OK);
-	assert_true(f->n > PREFILL + 12 && f->n <= N_MAX);
+	assert_true(f->n > PREFILL + 6 && f->n <= N_MAX);
 	f->bpt = tkv_model_kv_bytes_per_token(f->m);
 }
 
-/* fail_count 0: every N, and a clean run after every RECHECK-th; 1: every
- * step-th N, each followed by a clean run. */
-static void sweep(unsigned long long fail_count, unsigned long long step)
+/* The N a sweep tries (ascending, ending at total + 1): every N of the
+ * reference (set-up, teacher-forced pass, generation) and of the set-up and
+ * prefill of the tiered row (SETUP calls after the full row), every third of
+ * the full row (the reference's code again), every STRIDE-th of the tiered
+ * row's decode steps (each repeats the policy's sites once per layer and
+ * head, a period STRIDE does not divide, so the offsets come round), and
+ * every N of its last TAIL calls (its generation's end, ROUGE-L). */
+#define SETUP 64
+#define STRIDE 5
+#define TAIL 48
+
+static unsigned long long *plan_n(const struct result *ref, unsigned long long total, size_t *count)
+{
+	unsigned long long *ns = calloc(total + 1, sizeof *ns);
+	size_t n = 0;
+
+	assert_non_null(ns);
+	for (unsigned long long k = 1; k <= total + 1; k++)
+		if (k <= ref->marks[0] || k > total - TAIL || k == total + 1 ||
+		    (k <= ref->marks[1] && (k - ref->marks[0]) % 3 == 1) || (k > ref->marks[1] && k <= ref->marks[1] + SETUP) ||
+		    (k > ref->marks[1] && (k - ref->marks[1]) % STRIDE == 0))
+			ns[n++] = k;
+	*count = n;
+	return ns;
+}
+
+/* fail_count 0: the plan, and a clean run after every RECHECK-th N; 1: every
+ * step-th N of the plan, each followed by a clean run. */
+static void sweep(unsigned long long fail_count, size_t step)
 {
 	struct fixture f;
 	struct result ref, got;
 	struct tkv_alloc a0 = { 0 };
-	unsigned long long total, n_nomem = 0, n_absorbed = 0;
+	unsigned long long total, n_nomem = 0, n_absorbed = 0, *ns;
+	size_t count, runs = 0;
 
 	load(&f);
 	assert_int_equal(run_eval(&f, &a0, &ref), TKV_OK);
@@ -148,7 +178,9 @@ static void sweep(unsigned long long fail_count, unsigned long long step)
 	assert_true(ref.rows[0].acc.kl == 0.0 && ref.rows[0].gen_done && ref.rows[0].first_div == N_GEN);
 	assert_true(ref.rows[1].acc.n == f.n - 1 && ref.rows[1].gen_done);
 
-	for (unsigned long long n = 1; n <= total + 1; n = n + step <= total || n == total + 1 ? n + step : total + 1) {
+	ns = plan_n(&ref, total, &count);
+	for (size_t i = 0; i < count; i += i + step < count || i + 1 == count ? step : count - 1 - i) {
+		unsigned long long n = ns[i];
 		struct tkv_alloc a = { 0 };
 		int st;
 
@@ -167,15 +199,18 @@ static void sweep(unsigned long long fail_count, unsigned long long step)
 			same(&ref, &got, n);
 		/* the allocator works again: the next eval gives the same figures
 		 * (every eval builds its own engines; the model is shared) */
-		if (fail_count == 0 && n % RECHECK && n <= total)
+		runs++;
+		if (fail_count == 0 && i % RECHECK && n <= total)
 			continue;
 		a.fail_at = 0;
 		assert_int_equal(run_eval(&f, &a, &got), TKV_OK);
 		same(&ref, &got, n);
 		assert_int_equal(atomic_load(&a.live), 0);
 	}
-	printf("# eval (fail_count %llu): %llu allocation calls, every %llu: %llu NOMEM, %llu absorbed, 1 clean\n",
-	       fail_count, total, step, n_nomem, n_absorbed);
+	printf("# eval (fail_count %llu): %llu allocation calls (reference %llu, full row %llu, tiered row %llu); "
+	       "%zu runs: %llu NOMEM, %llu absorbed, 1 clean\n", fail_count, total, ref.marks[0],
+	       ref.marks[1] - ref.marks[0], ref.marks[2] - ref.marks[1], runs, n_nomem, n_absorbed);
+	free(ns);
 	assert_true(n_nomem > 0);
 	tkv_model_free(f.m);
 }
