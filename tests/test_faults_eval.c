@@ -6,7 +6,7 @@
  * comparison (NLL, KL, top-1, first divergence, BLEU, ROUGE-L).
  *
  * A reference run counts the allocation calls T and where the reference and
- * each row end; plan_n picks the N (below). For each, the counting allocator
+ * each row end; plan_n picks the N (below; about a sixth of them). For each, the counting allocator
  * fails its Nth call and every later one (fail_count 0), and for every third
  * N of the plan only the Nth (fail_count 1). Each run must end in
  * TKV_ERR_NOMEM (N <= T) or succeed (N = T + 1, with the reference's
@@ -17,6 +17,7 @@
  * eval builds its own engines, only the model is shared). */
 #include "testutil.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,16 +134,17 @@ static void load(struct fixture *f)
 	f->bpt = tkv_model_kv_bytes_per_token(f->m);
 }
 
-/* The N a sweep tries (ascending, ending at total + 1): every N of the
- * reference (set-up, teacher-forced pass, generation) and of the set-up and
- * prefill of the tiered row (SETUP calls after the full row), every third of
- * the full row (the reference's code again), every STRIDE-th of the tiered
- * row's decode steps (each repeats the policy's sites once per layer and
- * head, a period STRIDE does not divide, so the offsets come round), and
- * every N of its last TAIL calls (its generation's end, ROUGE-L). */
+/* The N a sweep tries (ascending, ending at total + 1). The calls fall in
+ * three segments - the reference, the full row, the tiered row - each an
+ * engine's set-up and prefill, then decode steps that repeat the same sites
+ * once per layer and head and per token. Of each segment every N of its first
+ * SETUP calls is tried (every third in the full row, the reference's code
+ * again), then every STRIDE-th (a prime, so the offsets within a step come
+ * round), and every N of the run's last TAIL calls (the tiered row's
+ * generation, ROUGE-L). */
 #define SETUP 64
-#define STRIDE 5
-#define TAIL 48
+#define STRIDE 11
+#define TAIL 32
 
 static unsigned long long *plan_n(const struct result *ref, unsigned long long total, size_t *count)
 {
@@ -150,11 +152,14 @@ static unsigned long long *plan_n(const struct result *ref, unsigned long long t
 	size_t n = 0;
 
 	assert_non_null(ns);
-	for (unsigned long long k = 1; k <= total + 1; k++)
-		if (k <= ref->marks[0] || k > total - TAIL || k == total + 1 ||
-		    (k <= ref->marks[1] && (k - ref->marks[0]) % 3 == 1) || (k > ref->marks[1] && k <= ref->marks[1] + SETUP) ||
-		    (k > ref->marks[1] && (k - ref->marks[1]) % STRIDE == 0))
+	for (unsigned long long k = 1; k <= total + 1; k++) {
+		int seg = k <= ref->marks[0] ? 0 : k <= ref->marks[1] ? 1 : 2;
+		unsigned long long off = k - 1 - (seg ? ref->marks[seg - 1] : 0);
+		bool take = off < SETUP ? (seg != 1 || off % 3 == 0) : off % STRIDE == 0;
+
+		if (take || k > total - TAIL)
 			ns[n++] = k;
+	}
 	*count = n;
 	return ns;
 }

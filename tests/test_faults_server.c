@@ -12,7 +12,7 @@
  *
  * A reference request counts the allocation calls T it makes; then for
  * every N in 1..T+1 (persistent: the Nth call and all later ones fail) and
- * every other N (transient: only the Nth) the request is sent again. Its
+ * every third N (transient: only the Nth) the request is sent again. Its
  * answer must be one of:
  *  - 200 with exactly the reference's text (a failure the server absorbed,
  *    e.g. a publication retried on the next token),
@@ -357,7 +357,7 @@ static unsigned long long clean(const struct kind *k, char *text, size_t cap, co
 static void sweep(const struct kind *k, unsigned long long fail_count)
 {
 	char ref[512], text[512];
-	unsigned long long total = 0, counts[3] = { 0 }, step = fail_count ? 2 : 1;
+	unsigned long long total = 0, counts[3] = { 0 }, step = fail_count ? 3 : 1;
 
 	for (int i = 0; i < 3; i++) {
 		unsigned long long t = clean(k, i ? text : ref, sizeof ref, i ? ref : NULL, 0);
