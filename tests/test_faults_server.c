@@ -313,10 +313,10 @@ static const struct kind kinds[] = {
 	  "[{\"type\":\"text\",\"text\":\"Tell me\"},{\"type\":\"text\",\"text\":\"a story.\"}]}],"
 	  "\"max_tokens\":6,\"temperature\":0}", true, false },
 	{ "completion stream", "/v1/completions",
-	  "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":0,\"stream\":true,"
+	  "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,\"stream\":true,"
 	  "\"stream_options\":{\"include_usage\":true}}", false, true },
 	{ "chat stream", "/v1/chat/completions",
-	  "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story.\"}],\"max_tokens\":6,"
+	  "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story.\"}],\"max_tokens\":4,"
 	  "\"temperature\":0,\"stream\":true}", true, true },
 };
 
