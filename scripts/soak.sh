@@ -14,10 +14,15 @@
 # server's peak RSS and RSS early vs at the end, and peak KV bytes against
 # --kv-mem. Exits 1 when a request got no answer (no HTTP response, a stream
 # without its end, a malformed request not answered with a JSON 4xx), the
-# server crashed or did not exit 0, or the KV peak passed --kv-mem.
+# server crashed or did not exit 0, the KV peak passed --kv-mem, or the RSS
+# grew: after a warm-up of a tenth of the run, the median RSS of the last
+# third of the samples may pass the median of the first third by at most
+# SOAK_RSS_TOL percent (5) or SOAK_RSS_SLACK KiB (1024), whichever is larger
+# (checked when there are at least 6 samples after the warm-up).
 set -eu
 cd "$(dirname "$0")/.."
 clients=64 secs=${SOAK_SECONDS:-600} kv_mem=2M model=""
+rss_tol=${SOAK_RSS_TOL:-5} rss_slack=${SOAK_RSS_SLACK:-1024}
 while [ $# -gt 0 ]; do
 	case $1 in
 	-d) secs=$2; shift 2 ;;
@@ -25,7 +30,7 @@ while [ $# -gt 0 ]; do
 	--kv-mem) kv_mem=$2; shift 2 ;;
 	-m) model=$2; shift 2 ;;
 	--) shift; break ;;
-	-h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) echo "soak: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -239,6 +244,29 @@ awk -v f="$rss_first" -v e="$rss_early" -v l="$rss_last" -v p="$rss_peak" -v n="
 	d = l - e; flat = (d <= 0.05 * e || d <= 4096) ? "flat" : "GROWING";
 	printf "server RSS: peak %.1f MiB; first sample %.1f MiB, after a tenth of the run %.1f MiB, at the end %.1f MiB (%+.1f MiB, %s; %d samples)\n",
 		p / 1024, f / 1024, e / 1024, l / 1024, d / 1024, flat, n }'
+# RSS flat: medians of the first and last thirds of the samples after the warm-up
+read -r rss_n rss_m1 rss_m3 rss_grow < <(awk -v w=$((secs / 10)) -v tol="$rss_tol" -v slack="$rss_slack" '
+	function median(lo, hi,   i, j, k, n, t, v) {
+		n = 0
+		for (i = lo; i <= hi; i++) v[++n] = r[i]
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j] < v[j - 1]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+		k = int((n + 1) / 2)
+		return n % 2 ? v[k] : (v[k] + v[k + 1]) / 2
+	}
+	NR > 1 && $1 >= w && $2 > 0 { r[++n] = $2 }
+	END {
+		if (n < 6) { print n + 0, 0, 0, 0; exit }
+		t = int(n / 3); m1 = median(1, t); m3 = median(n - t + 1, n)
+		allow = m1 * tol / 100; if (allow < slack) allow = slack
+		print n, m1, m3, (m3 - m1 > allow) ? 1 : 0
+	}' "$tmp/samples")
+if [ "$rss_n" -ge 6 ]; then
+	awk -v n="$rss_n" -v a="$rss_m1" -v b="$rss_m3" -v tol="$rss_tol" -v slack="$rss_slack" -v g="$rss_grow" 'BEGIN {
+		printf "RSS check: median %.2f MiB over the first third of %d samples after the warm-up, %.2f MiB over the last third (%+.2f MiB, %+.1f%%; allowed %s%% or %.1f MiB): %s\n",
+			a / 1024, n, b / 1024, (b - a) / 1024, a ? 100 * (b - a) / a : 0, tol, slack / 1024, g ? "GROWING" : "flat" }'
+else
+	echo "RSS check: skipped, $rss_n samples after the warm-up (need 6: run for 40 s or more)"
+fi
 awk -v p="$peak_kv" -v b="$budget" 'BEGIN { printf "KV: peak %d of %d bytes (--kv-mem), %.1f%%\n", p, b, b ? 100 * p / b : 0 }'
 echo "server: $([ "$crashed" -eq 1 ] && echo CRASHED || echo alive), exit code $src"
 
@@ -247,4 +275,5 @@ rc=0
 [ "$wrong" -eq 0 ] || { echo "soak: FAIL: $wrong wrong answers:"; awk '$4 == "wrong"' "$tmp/all" | sort | uniq -c | head; rc=1; }
 [ "$crashed" -eq 0 ] && [ "$src" -eq 0 ] || { echo "soak: FAIL: the server crashed or exited $src"; tail -n 20 "$tmp/server.log"; rc=1; }
 [ "$budget" -eq 0 ] || [ "${peak_kv%.*}" -le "$budget" ] || { echo "soak: FAIL: KV peak over --kv-mem"; rc=1; }
+[ "$rss_grow" -eq 0 ] || { echo "soak: FAIL: the server's RSS grew"; rc=1; }
 exit $rc

@@ -37,6 +37,7 @@
 
 #include "cli/cli.h"
 #include "eval/metrics.h"
+#include "eval/run.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "util/status.h"
@@ -46,7 +47,6 @@
 #define EVAL_GEN_PREFIX 32     /* tokens of each text the greedy generations start from */
 #define EVAL_COPY_LEN 80       /* tokens of passage A */
 #define EVAL_COPY_FILL 0.85    /* the copy sequence's length as a share of the context */
-#define EVAL_BLEU_N 4
 #define EVAL_MAX_PLANS 8
 #define EVAL_PLAN_NAME 512
 
@@ -223,155 +223,11 @@ struct eval_text {
 struct eval_ctx {
 	const struct eval_opts *o;
 	struct tkv_model *m;
+	struct evr_ctx r;    /* the runs (src/eval/run.c): scratch logits, uncounted memory */
 	size_t n_vocab;
 	size_t bpt;          /* K+V bytes of one token in a full f16 cache */
 	uint32_t n_ctx;
-	float *buf;          /* (buf_rows, n_vocab) logits of one decode call */
-	size_t buf_rows;
 };
-
-/* One teacher-forced pass: ids through a fresh engine and sequence, the first
- * `prefill` in calls of n_batch and the rest one per call. visit(ctx, i,
- * logits) gets the logits (n_vocab, borrowed for the call) that predict
- * ids[i + 1], for i in [from, n - 1). The last token is decoded too, so the
- * cache ends up holding all n. */
-struct pass {
-	const int32_t *ids;
-	size_t n;
-	size_t from;
-	void (*visit)(void *ctx, size_t i, const float *logits);
-	void *ctx;
-	size_t kv_peak;             /* out: most K+V bytes after any decode call */
-	struct tkv_kv_layer_plan plan; /* out: the sequence's layer plan at the end */
-	size_t alloc_peak;          /* out: most page bytes (metadata, unused slots) likewise */
-	struct tkv_kv_stats end;    /* out: the sequence's cache after the last token */
-};
-
-static int open_seq(struct eval_ctx *x, const struct tkv_engine_params *ep, struct tkv_engine **e,
-		    struct tkv_seq **s, struct tkv_error *err)
-{
-	int st;
-
-	*s = NULL;
-	if ((st = tkv_engine_init(e, x->m, ep, err)))
-		return st;
-	if ((st = tkv_seq_init(s, *e, err))) {
-		tkv_engine_free(*e);
-		*e = NULL;
-	}
-	return st;
-}
-
-static void sample_kv(const struct tkv_seq *s, struct pass *p)
-{
-	struct tkv_kv_stats ks;
-
-	tkv_seq_kv_stats(s, &ks);
-	if (ks.kv_bytes > p->kv_peak)
-		p->kv_peak = ks.kv_bytes;
-	if (ks.allocated > p->alloc_peak)
-		p->alloc_peak = ks.allocated;
-}
-
-static int run_pass(struct eval_ctx *x, const struct tkv_engine_params *ep, struct pass *p, struct tkv_error *err)
-{
-	struct tkv_engine *e = NULL;
-	struct tkv_seq *s = NULL;
-	size_t n_pre = (size_t)x->o->prefill < p->n ? (size_t)x->o->prefill : p->n;
-	int st;
-
-	p->kv_peak = p->alloc_peak = 0;
-	if ((st = open_seq(x, ep, &e, &s, err)))
-		return st;
-	/* the engine would chunk one call the same way; separate calls let the
-	 * bytes be read between chunks */
-	for (size_t done = 0; done < n_pre;) {
-		size_t c = n_pre - done < ep->n_batch ? n_pre - done : ep->n_batch;
-
-		if ((st = tkv_seq_decode(s, p->ids + done, c, x->buf + done * x->n_vocab, 1, err)))
-			goto out;
-		sample_kv(s, p);
-		done += c;
-	}
-	for (size_t i = p->from; i < n_pre && i + 1 < p->n; i++)
-		p->visit(p->ctx, i, x->buf + i * x->n_vocab);
-	for (size_t i = n_pre; i < p->n; i++) {
-		bool scored = i >= p->from && i + 1 < p->n;
-
-		if ((st = tkv_seq_decode(s, p->ids + i, 1, scored ? x->buf : NULL, 0, err)))
-			goto out;
-		sample_kv(s, p);
-		if (scored)
-			p->visit(p->ctx, i, x->buf);
-	}
-	tkv_seq_kv_stats(s, &p->end);
-	tkv_seq_layer_plan(s, &p->plan);
-out:
-	tkv_seq_free(s);
-	tkv_engine_free(e);
-	return st;
-}
-
-/* Greedy generation of n_gen tokens after prefix into out. */
-static int run_gen(struct eval_ctx *x, const struct tkv_engine_params *ep, const int32_t *prefix, size_t n_prefix,
-		   size_t n_gen, int32_t *out, struct tkv_error *err)
-{
-	struct tkv_engine *e = NULL;
-	struct tkv_seq *s = NULL;
-	int st;
-
-	if ((st = open_seq(x, ep, &e, &s, err)))
-		return st;
-	if ((st = tkv_seq_decode(s, prefix, n_prefix, x->buf, 0, err)))
-		goto out;
-	for (size_t g = 0; g < n_gen; g++) {
-		out[g] = (int32_t)evm_argmax(x->buf, x->n_vocab);
-		if (g + 1 < n_gen && (st = tkv_seq_decode(s, &out[g], 1, x->buf, 0, err)))
-			goto out;
-	}
-out:
-	tkv_seq_free(s);
-	tkv_engine_free(e);
-	return st;
-}
-
-/* Reference pass visitor: keeps the logits of positions [from, n - 1) and sums
- * the NLL of positions [lo, hi) (the copy test's first passage). */
-struct ref_visit {
-	float *logits;       /* (n - 1 - from, n_vocab) */
-	size_t from, n_vocab;
-	const int32_t *ids;
-	size_t lo, hi;
-	double nll;
-	size_t n_nll;
-};
-
-static void ref_visit(void *ctx, size_t i, const float *logits)
-{
-	struct ref_visit *r = ctx;
-
-	if (i >= r->lo && i < r->hi) {
-		r->nll += evm_nll(logits, r->n_vocab, r->ids[i + 1]);
-		r->n_nll++;
-	}
-	if (i >= r->from)
-		memcpy(r->logits + (i - r->from) * r->n_vocab, logits, r->n_vocab * sizeof *logits);
-}
-
-/* Policy pass visitor: scores each position against the reference's logits. */
-struct cmp_visit {
-	const float *ref;    /* (n - 1 - from, n_vocab) */
-	size_t from, n_vocab;
-	const int32_t *ids;
-	struct evm_acc acc;
-};
-
-static void cmp_visit(void *ctx, size_t i, const float *logits)
-{
-	struct cmp_visit *c = ctx;
-
-	evm_acc_add(&c->acc, c->ref + (i - c->from) * c->n_vocab, logits, c->n_vocab, c->ids[i + 1]);
-}
 
 /* One line of the table: a policy at a budget, summed over texts. */
 struct eval_row {
@@ -441,11 +297,10 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 {
 	const struct eval_opts *o = x->o;
 	struct tkv_engine_params rp = ref_params(o);
-	struct ref_visit rv = { 0 };
-	struct pass p = { 0 };
+	struct evr_ref ref;
 	struct tkv_error err = { 0 };
+	enum evr_stage stage;
 	size_t n_prefix = t->n < EVAL_GEN_PREFIX ? t->n : EVAL_GEN_PREFIX, n_gen = 0;
-	int32_t *ref_gen = NULL, *gen = NULL;
 	double t0 = cli_now(), full_bytes;
 	int st, rc = CLI_ERR;
 
@@ -454,40 +309,29 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		if (n_prefix + n_gen > x->n_ctx)
 			n_gen = x->n_ctx - n_prefix;
 	}
-	rv.logits = malloc((t->n - 1) * x->n_vocab * sizeof *rv.logits);
-	ref_gen = malloc((n_gen + 1) * sizeof *ref_gen);
-	gen = malloc((n_gen + 1) * sizeof *gen);
-	if (!rv.logits || !ref_gen || !gen) {
-		fprintf(stderr, "tierkv eval: out of memory for the reference logits of %s (%zu x %zu floats)\n",
-			t->path, t->n - 1, x->n_vocab);
-		goto out;
+	if ((st = evr_ref_run(&x->r, &rp, t->ids, t->n, 0, 0, 0, n_prefix, n_gen, &ref, &stage, &err))) {
+		if (stage == EVR_STAGE_ALLOC)
+			fprintf(stderr, "tierkv eval: out of memory for the reference logits of %s (%zu x %zu floats)\n",
+				t->path, t->n - 1, x->n_vocab);
+		else
+			fprintf(stderr, "tierkv eval: the full-cache reference failed on %s: %s\n", t->path,
+				err.msg[0] ? err.msg : tkv_status_str(st));
+		return CLI_ERR;
 	}
-	rv.n_vocab = x->n_vocab;
-	rv.ids = t->ids;
-	p.ids = t->ids;
-	p.n = t->n;
-	p.visit = ref_visit;
-	p.ctx = &rv;
-	if ((st = run_pass(x, &rp, &p, &err)) ||
-	    (n_gen && (st = run_gen(x, &rp, t->ids, n_prefix, n_gen, ref_gen, &err)))) {
-		fprintf(stderr, "tierkv eval: the full-cache reference failed on %s: %s\n", t->path,
-			err.msg[0] ? err.msg : tkv_status_str(st));
-		goto out;
-	}
-	full_bytes = (double)p.end.kv_bytes;
-	if (p.end.kv_bytes != t->n * x->bpt)
+	full_bytes = (double)ref.end.kv_bytes;
+	if (ref.end.kv_bytes != t->n * x->bpt)
 		fprintf(stderr, "tierkv eval: note: the full cache holds %zu K+V bytes for %zu tokens, "
-			"expected %zu x %zu = %zu\n", p.end.kv_bytes, t->n, t->n, x->bpt, t->n * x->bpt);
+			"expected %zu x %zu = %zu\n", ref.end.kv_bytes, t->n, t->n, x->bpt, t->n * x->bpt);
 	*ref_seconds += cli_now() - t0;
 
 	for (size_t r = 0; r < n_rows; r++) {
 		struct eval_row *row = &rows[r];
 		struct tkv_engine_params ep = row_params(o, row, budget_bytes(row->budget, t->n, x->bpt));
-		struct cmp_visit cv = { .ref = rv.logits, .from = 0, .n_vocab = x->n_vocab, .ids = t->ids };
-		struct pass q = { .ids = t->ids, .n = t->n, .from = 0, .visit = cmp_visit, .ctx = &cv };
+		struct evr_row q;
 
 		t0 = cli_now();
-		if ((st = run_pass(x, &ep, &q, &err))) {
+		st = evr_row_run(&x->r, &ep, &ref, t->ids, t->n, &q, &stage, &err);
+		if (st && stage == EVR_STAGE_PASS) {
 			row_fail(row, "teacher-forced", t->path, st, &err);
 			continue;
 		}
@@ -503,7 +347,7 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		row->used_end += (double)q.end.used;
 		row->compact_slots += q.end.compact_slots;
 		row->compact_ns += q.end.compact_ns;
-		evm_acc_merge(&row->acc, &cv.acc);
+		evm_acc_merge(&row->acc, &q.acc);
 		row->kv_peak += (double)q.kv_peak;
 		row->kv_full += full_bytes;
 		row->alloc_peak += (double)q.alloc_peak;
@@ -515,28 +359,22 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		row->pages_read += q.end.pages_read;
 		row->pages_skipped += q.end.pages_skipped;
 		row->n_texts++;
-		if (n_gen) {
-			double f1 = 0.0;
-
-			if ((st = run_gen(x, &ep, t->ids, n_prefix, n_gen, gen, &err))) {
-				row_fail(row, "generation", t->path, st, &err);
-			} else if (evm_rouge_l(gen, n_gen, ref_gen, n_gen, NULL, &f1)) {
-				fprintf(stderr, "tierkv eval: out of memory\n");
-				goto out;
-			} else {
-				row->first_div += (double)evm_first_diff(gen, ref_gen, n_gen);
-				row->bleu += evm_bleu(gen, n_gen, ref_gen, n_gen, EVAL_BLEU_N);
-				row->rouge += f1;
-				row->n_gen++;
-			}
+		if (st && stage == EVR_STAGE_GEN) {
+			row_fail(row, "generation", t->path, st, &err);
+		} else if (st) {
+			fprintf(stderr, "tierkv eval: out of memory\n");
+			goto out;
+		} else if (q.gen_done) {
+			row->first_div += (double)q.first_div;
+			row->bleu += q.bleu;
+			row->rouge += q.rouge;
+			row->n_gen++;
 		}
 		row->seconds += cli_now() - t0;
 	}
 	rc = CLI_OK;
 out:
-	free(gen);
-	free(ref_gen);
-	free(rv.logits);
+	evr_ref_free(&x->r, &ref);
 	return rc;
 }
 
@@ -599,63 +437,51 @@ static int eval_copy(struct eval_ctx *x, const struct eval_text *texts, size_t n
 {
 	const struct eval_opts *o = x->o;
 	struct tkv_engine_params rp = ref_params(o);
-	struct ref_visit rv = { 0 };
-	struct pass p = { 0 };
+	struct evr_ref ref;
 	struct tkv_error err = { 0 };
+	enum evr_stage stage;
 	size_t n, a2, la;
 	int32_t *ids = copy_sequence(x, texts, n_texts, (size_t)o->copy_offset, &n, &a2, &la);
 	double t0 = cli_now();
-	int st, rc = CLI_ERR;
+	int st;
 
 	if (!ids) {
 		fprintf(stderr, "tierkv eval: copy test skipped: the first text (after --copy-offset) or the context "
 			"is too short\n");
 		return CLI_OK;
 	}
-	rv.logits = malloc((n - 1 - a2) * x->n_vocab * sizeof *rv.logits);
-	if (!rv.logits) {
-		fprintf(stderr, "tierkv eval: out of memory for the copy test\n");
-		goto out;
-	}
 	/* scored: the second A's tokens after its first (the first cannot be
 	 * told from the filler); the first A's alike, for the note below */
-	rv.from = a2;
-	rv.n_vocab = x->n_vocab;
-	rv.ids = ids;
-	rv.lo = texts[0].start;
-	rv.hi = texts[0].start + la - 1;
-	p.ids = ids;
-	p.n = n;
-	p.from = rv.lo;
-	p.visit = ref_visit;
-	p.ctx = &rv;
-	if ((st = run_pass(x, &rp, &p, &err))) {
-		fprintf(stderr, "tierkv eval: the full-cache copy test failed: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
-		goto out;
+	if ((st = evr_ref_run(&x->r, &rp, ids, n, a2, texts[0].start, texts[0].start + la - 1, 0, 0, &ref, &stage,
+			      &err))) {
+		if (stage == EVR_STAGE_ALLOC)
+			fprintf(stderr, "tierkv eval: out of memory for the copy test\n");
+		else
+			fprintf(stderr, "tierkv eval: the full-cache copy test failed: %s\n",
+				err.msg[0] ? err.msg : tkv_status_str(st));
+		free(ids);
+		return CLI_ERR;
 	}
 	*ref_seconds += cli_now() - t0;
 	for (size_t r = 0; r < n_rows; r++) {
 		struct eval_row *row = &rows[r];
 		struct tkv_engine_params ep = row_params(o, row, budget_bytes(row->budget, n, x->bpt));
-		struct cmp_visit cv = { .ref = rv.logits, .from = a2, .n_vocab = x->n_vocab, .ids = ids };
-		struct pass q = { .ids = ids, .n = n, .from = a2, .visit = cmp_visit, .ctx = &cv };
+		struct evr_row q;
 
 		t0 = cli_now();
-		if ((st = run_pass(x, &ep, &q, &err)))
+		if ((st = evr_row_run(&x->r, &ep, &ref, ids, n, &q, &stage, &err)))
 			row_fail(row, "copy test", "the copy sequence", st, &err);
 		else
-			row->copy = cv.acc;
+			row->copy = q.acc;
 		row->seconds += cli_now() - t0;
 	}
 	if (rows[0].copy.n)
 		fprintf(stderr, "tierkv eval: copy test: %zu tokens, A = %zu tokens at %zu and %zu; full-cache NLL "
 			"%.3f on the first A, %.3f on the second\n", n, la, texts[0].start, a2,
-			rv.n_nll ? rv.nll / (double)rv.n_nll : NAN, rows[0].copy.nll_ref / (double)rows[0].copy.n);
-	rc = CLI_OK;
-out:
-	free(rv.logits);
+			ref.n_nll ? ref.nll / (double)ref.n_nll : NAN, rows[0].copy.nll_ref / (double)rows[0].copy.n);
+	evr_ref_free(&x->r, &ref);
 	free(ids);
-	return rc;
+	return CLI_OK;
 }
 
 /* ---- output --------------------------------------------------------------------- */
@@ -1043,11 +869,10 @@ int cli_eval(int argc, char **argv)
 	x.bpt = tkv_model_kv_bytes_per_token(x.m);
 	x.n_ctx = o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train;
 	o.ep.n_ctx = x.n_ctx;
-	x.buf_rows = (size_t)o.prefill < x.n_ctx ? (size_t)o.prefill : x.n_ctx;
-	x.buf = malloc(x.buf_rows * x.n_vocab * sizeof *x.buf);
+	st = evr_init(&x.r, x.m, (size_t)o.prefill, x.n_ctx, NULL);
 	texts = calloc(o.n_files, sizeof *texts);
 	rows = calloc(1 + o.n_pol * o.n_bud * o.n_plans, sizeof *rows);
-	if (!x.buf || !texts || !rows) {
+	if (st || !texts || !rows) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
 		goto out;
 	}
@@ -1113,7 +938,7 @@ out:
 			free(texts[i].ids);
 	free(texts);
 	free(rows);
-	free(x.buf);
+	evr_free(&x.r);
 	tkv_model_free(x.m);
 	return rc;
 }

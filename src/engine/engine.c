@@ -398,7 +398,7 @@ struct maint_job {
 	struct tkv_engine *e;
 	struct tkv_seq *s;
 	bool policy;  /* the policy has work (a cap, or it always acts) */
-	int status;   /* first failure, written under the race-free rule below */
+	atomic_int status;   /* the first failure: the workers write it concurrently */
 };
 
 static void maint_worker(void *ctx, int ith, int nth)
@@ -408,13 +408,15 @@ static void maint_worker(void *ctx, int ith, int nth)
 	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
 
 	for (size_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
-		int st = j->policy ? kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]) : TKV_OK;
+		int st = j->policy ? kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]) : TKV_OK, ok = TKV_OK;
 
 		/* a growing stream's small pages are merged once there are a few */
 		if (!st && kv_stream_untidy(&kv->streams[i]))
 			st = kv_stream_compact(kv, &kv->streams[i]);
+		/* relaxed: tpool_run's wait for the workers orders it before the read */
 		if (st)
-			j->status = st; /* any failure will do: all are NOMEM */
+			atomic_compare_exchange_strong_explicit(&j->status, &ok, st, memory_order_relaxed,
+								memory_order_relaxed);
 	}
 }
 
@@ -434,7 +436,7 @@ static int seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
 	if (!j.policy && !tidy)
 		return TKV_OK;
 	tpool_run(e->tp, maint_worker, &j);
-	return j.status;
+	return atomic_load_explicit(&j.status, memory_order_relaxed);
 }
 
 /* The memory governor: when the pool would pass gov_high of --kv-mem, every

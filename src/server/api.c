@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "server/srv_impl.h"
+#include "util/alloc.h"
 
 #define INVALID "invalid_request_error"
 
@@ -44,9 +45,9 @@ int srv_errf(struct srv_err *e, int http, const char *type, const char *code, co
 
 void srv_gen_free(struct srv_gen *g)
 {
-	free(g->ids);
+	tkv_free(g->alloc, g->ids);
 	for (int i = 0; i < g->n_stop; i++)
-		free(g->stop[i]);
+		tkv_free(g->alloc, g->stop[i]);
 	memset(g, 0, sizeof *g);
 }
 
@@ -117,7 +118,7 @@ static int add_stop(struct srv_gen *g, json_t *s, struct srv_err *e)
 				n, SRV_MAX_STOP_LEN);
 	if (g->n_stop == SRV_MAX_STOP)
 		return srv_errf(e, 400, INVALID, "invalid_value", "stop", "at most %d stop sequences", SRV_MAX_STOP);
-	if (!(g->stop[g->n_stop] = malloc(n + 1)))
+	if (!(g->stop[g->n_stop] = tkv_malloc(g->alloc, n + 1)))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory");
 	memcpy(g->stop[g->n_stop], json_string_value(s), n + 1);
 	g->stop_len[g->n_stop++] = n;
@@ -153,13 +154,15 @@ static int tokenize(const struct srv_api_ctx *c, const char *text, size_t len, s
 	size_t n = 0;
 	int st;
 
-	tok_encode(c->tok, text, len, tok_add_bos(c->tok), true, NULL, 0, &n);
+	st = tok_encode(c->tok, text, len, tok_add_bos(c->tok), true, NULL, 0, &n);
+	if (st == TKV_ERR_NOMEM)
+		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
 	if (n == 0)
 		return srv_errf(e, 400, INVALID, "invalid_value", param, "the prompt is empty");
 	if (n >= c->n_ctx)
 		return srv_errf(e, 400, INVALID, "context_length_exceeded", param,
 				"the prompt is %zu tokens but the context holds %u (leave room to generate)", n, c->n_ctx);
-	if (!(g->ids = malloc(n * sizeof *g->ids)))
+	if (!(g->ids = tkv_malloc(g->alloc, n * sizeof *g->ids)))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory");
 	if ((st = tok_encode(c->tok, text, len, tok_add_bos(c->tok), true, g->ids, n, &n)))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "cannot tokenize the prompt (%s)",
@@ -178,7 +181,7 @@ static int token_prompt(const struct srv_api_ctx *c, json_t *arr, struct srv_gen
 	if (n >= c->n_ctx)
 		return srv_errf(e, 400, INVALID, "context_length_exceeded", "prompt",
 				"the prompt is %zu tokens but the context holds %u (leave room to generate)", n, c->n_ctx);
-	if (!(g->ids = malloc(n * sizeof *g->ids)))
+	if (!(g->ids = tkv_malloc(g->alloc, n * sizeof *g->ids)))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory");
 	json_array_foreach(arr, i, v) {
 		json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
@@ -221,12 +224,15 @@ static int get_messages(const struct srv_api_ctx *c, json_t *v, struct srv_gen *
 		return srv_errf(e, 400, INVALID, "invalid_type", "messages", "'messages' must be an array");
 	if (n == 0)
 		return srv_errf(e, 400, INVALID, "invalid_value", "messages", "'messages' is empty");
-	m = calloc(n, sizeof *m);
-	parts = calloc(n, sizeof *parts);
+	text.a = c->alloc;
+	m = tkv_calloc(c->alloc, n, sizeof *m);
+	parts = tkv_calloc(c->alloc, n, sizeof *parts);
 	if (!m || !parts) {
 		srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory");
 		goto out;
 	}
+	for (i = 0; i < n; i++)
+		parts[i].a = c->alloc;
 	json_array_foreach(v, i, msg) {
 		json_t *role = json_object_get(msg, "role"), *content = json_object_get(msg, "content");
 		const char *rs;
@@ -294,8 +300,8 @@ out:
 	srv_buf_free(&text);
 	for (i = 0; parts && i < n; i++)
 		srv_buf_free(&parts[i]);
-	free(parts);
-	free(m);
+	tkv_free(c->alloc, parts);
+	tkv_free(c->alloc, m);
 	return r;
 }
 
@@ -336,7 +342,12 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 	memset(g, 0, sizeof *g);
 	g->kind = kind;
 	g->sp = samp_default_params();
+	g->alloc = c->alloc;
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+	/* jansson reports out of memory with its code, or - when its lexer cannot
+	 * start - with no message at all */
+	if (!root && (json_error_code(&je) == json_error_out_of_memory || !je.text[0]))
+		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
 	if (!root)
 		return srv_errf(e, 400, INVALID, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
 				je.line, je.column, je.text);
@@ -443,9 +454,13 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 	if (kind == SRV_CHAT ? get_messages(c, input, g, e) : get_prompt(c, input, g, e))
 		goto out;
 	/* a model without a chat template would go on to write the user's turn */
-	if (kind == SRV_CHAT && c->chat.fmt == SRV_CHAT_PLAIN && g->n_stop < SRV_MAX_STOP &&
-	    (g->stop[g->n_stop] = strdup("\nUser:")))
+	if (kind == SRV_CHAT && c->chat.fmt == SRV_CHAT_PLAIN && g->n_stop < SRV_MAX_STOP) {
+		if (!(g->stop[g->n_stop] = tkv_strndup(g->alloc, "\nUser:", 6))) {
+			srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
+			goto out;
+		}
 		g->stop_len[g->n_stop++] = 6;
+	}
 	/* room left in the context; the default is all of it up to --max-tokens */
 	{
 		uint32_t room = c->n_ctx - (uint32_t)g->n_prompt;
@@ -462,13 +477,29 @@ out:
 
 /* ---- responses ----------------------------------------------------------------- */
 
+/* The compact text of j (taken). Not json_dumps: when its growing buffer
+ * fails, jansson 2.14 drops an object key from the output and goes on, so the
+ * text is measured with json_dumpb and written into a buffer of that size,
+ * from jansson's allocator (malloc unless changed; released with free()). */
 static char *dump(json_t *j)
 {
-	char *s;
+	json_malloc_t jmalloc;
+	json_free_t jfree;
+	size_t n;
+	char *s = NULL;
 
 	if (!j)
 		return NULL;
-	s = json_dumps(j, JSON_COMPACT);
+	json_get_alloc_funcs(&jmalloc, &jfree);
+	n = json_dumpb(j, NULL, 0, JSON_COMPACT);
+	if (n && (s = jmalloc(n + 1))) {
+		if (json_dumpb(j, s, n, JSON_COMPACT) == n) {
+			s[n] = 0;
+		} else {
+			jfree(s);
+			s = NULL;
+		}
+	}
 	json_decref(j);
 	return s;
 }
@@ -510,10 +541,13 @@ char *srv_api_chunk_json(enum srv_kind kind, const char *id, long created, const
 	if (kind == SRV_CHAT) {
 		json_t *delta = json_object();
 
-		if (delta && role)
-			json_object_set_new(delta, "role", json_string("assistant"));
-		if (delta && (text || role))
-			json_object_set_new(delta, "content", json_stringn(text ? text : "", text ? len : 0));
+		/* a failed set is out of memory: drop the whole chunk, not the field */
+		if (delta && ((role && json_object_set_new(delta, "role", json_string("assistant"))) ||
+			      ((text || role) &&
+			       json_object_set_new(delta, "content", json_stringn(text ? text : "", text ? len : 0))))) {
+			json_decref(delta);
+			delta = NULL;
+		}
 		choice = json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason",
 				   finish);
 	} else {

@@ -1,9 +1,11 @@
-/* buf.c - a growable byte buffer, always NUL-terminated once it holds anything. */
+/* buf.c - a growable byte buffer, always NUL-terminated once it holds anything,
+ * on its allocator (b->a; a zeroed buffer is uncounted). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/srv_impl.h"
+#include "util/alloc.h"
 
 static int buf_reserve(struct srv_buf *b, size_t extra)
 {
@@ -17,7 +19,7 @@ static int buf_reserve(struct srv_buf *b, size_t extra)
 	cap = b->cap ? b->cap : 64;
 	while (cap < b->len + extra + 1)
 		cap *= 2;
-	p = realloc(b->p, cap);
+	p = tkv_realloc(b->a, b->p, cap);
 	if (!p)
 		return -1;
 	b->p = p;
@@ -60,7 +62,7 @@ int srv_buf_printf(struct srv_buf *b, const char *fmt, ...)
 
 void srv_buf_free(struct srv_buf *b)
 {
-	free(b->p);
+	tkv_free(b->a, b->p);
 	b->p = NULL;
 	b->len = b->cap = 0;
 }

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "server/srv_impl.h"
+#include "util/alloc.h"
 
 #define WAIT_SLICE 0.1      /* seconds between checks for a closed connection */
 #define DISCARD_FACTOR 16   /* read and drop at most this x --max-body of an oversized chunked body */
@@ -36,6 +37,10 @@ struct http_conn {
 	double t0;
 };
 
+/* The state of every request that came when there was no memory for its own:
+ * it was answered 503 at once and the rest of it is dropped (never written). */
+static struct http_conn oom_conn = { .responded = true };
+
 /* ---- responses ------------------------------------------------------------------ */
 
 static void count(struct srv *s, int code)
@@ -43,19 +48,20 @@ static void count(struct srv *s, int code)
 	atomic_fetch_add(&s->st.http[srv_code_slot(code)], 1);
 }
 
+static const char oom_json[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+			       "\"param\":null,\"code\":\"out_of_memory\"}}";
+
 /* Queues a response with body (malloc'd, taken; NULL = out of memory). */
 static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, int code, const char *ctype, char *body,
 			     const char *ignored)
 {
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
-	static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-				  "\"param\":null,\"code\":\"out_of_memory\"}}";
 
 	if (!body) {
 		code = 503;
 		ctype = "application/json";
-		resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+		resp = MHD_create_response_from_buffer(sizeof oom_json - 1, (void *)oom_json, MHD_RESPMEM_PERSISTENT);
 	} else {
 		resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
 		if (!resp)
@@ -191,7 +197,13 @@ struct http_stream {
 	double checked;          /* when the socket was last checked */
 	struct srv_buf out;      /* SSE bytes not yet handed to MHD */
 	size_t out_off;
+	const char *last;        /* out of memory: the static events that end the stream */
+	size_t last_off;
 };
+
+/* The end of a stream that ran out of memory: an error event and [DONE]. */
+static const char oom_events[] = "data: {\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+				 "\"param\":null,\"code\":\"out_of_memory\"}}\n\ndata: [DONE]\n\n";
 
 static int sse(struct srv_buf *b, char *json)
 {
@@ -210,7 +222,7 @@ static int stream_fill(struct http_stream *st)
 {
 	struct srv *s = st->s;
 	struct srv_req *r = st->r;
-	struct srv_buf text = { 0 };
+	struct srv_buf text = { .a = s->alloc };
 	struct srv_usage u;
 	enum srv_finish fin;
 	struct srv_err err;
@@ -262,6 +274,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 	(void)pos;
 	for (;;) {
+		if (st->last) {
+			size_t left = strlen(st->last) - st->last_off, n = left < max ? left : max;
+
+			if (n == 0)
+				return MHD_CONTENT_READER_END_OF_STREAM;
+			memcpy(buf, st->last + st->last_off, n);
+			st->last_off += n;
+			return (ssize_t)n;
+		}
 		if (st->out_off < st->out.len) {
 			size_t n = st->out.len - st->out_off < max ? st->out.len - st->out_off : max;
 
@@ -273,8 +294,20 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		st->out_off = 0;
 		if (st->ended)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		if (stream_fill(st))
-			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (stream_fill(st)) {
+			bool gone;
+
+			pthread_mutex_lock(&st->s->mu);
+			gone = st->r->cancelled;
+			pthread_mutex_unlock(&st->s->mu);
+			if (gone)
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			/* out of memory: end with the error event (the request is
+			 * cancelled when the response is freed) */
+			st->out.len = 0;
+			st->out_off = 0;
+			st->last = oom_events;
+		}
 	}
 }
 
@@ -287,7 +320,7 @@ static void stream_free(void *cls)
 	srv_sched_cancel(st->s, st->r);
 	srv_req_put(st->r);
 	srv_buf_free(&st->out);
-	free(st);
+	tkv_free(st->s->alloc, st);
 }
 
 static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct http_conn *hc, enum srv_kind kind)
@@ -310,11 +343,12 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 		return reply_error(s, c, &e);
 	}
 	if (r->gen.stream) {
-		struct http_stream *st = calloc(1, sizeof *st);
+		struct http_stream *st = tkv_calloc(s->alloc, 1, sizeof *st);
 		struct MHD_Response *resp;
 		enum MHD_Result ret;
 
 		if (st) {
+			st->out.a = s->alloc;
 			st->s = s;
 			st->r = r;
 			st->fd = fd;
@@ -322,7 +356,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 		}
 		resp = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free) : NULL;
 		if (!resp) {
-			free(st);
+			tkv_free(s->alloc, st);
 			srv_sched_cancel(s, r);
 			srv_req_put(r);
 			return reply(s, c, 503, NULL, NULL, NULL);
@@ -445,8 +479,13 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 
 	(void)version;
 	if (!hc) {
-		if (!(hc = calloc(1, sizeof *hc)))
-			return MHD_NO;
+		if (!(hc = tkv_calloc(s->alloc, 1, sizeof *hc))) {
+			/* no state to read the body into: answer now */
+			hc = &oom_conn;
+			*con_cls = hc;
+			return reply(s, c, 503, NULL, NULL, NULL);
+		}
+		hc->body.a = s->alloc;
 		hc->t0 = srv_now();
 		*con_cls = hc;
 		if (first_call(s, c, hc, url, method, &ret))
@@ -506,15 +545,15 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 
 static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
+	struct srv *s = cls;
 	struct http_conn *hc = *con_cls;
 
-	(void)cls;
 	(void)c;
 	(void)toe;
-	if (!hc)
+	if (!hc || hc == &oom_conn)
 		return;
 	srv_buf_free(&hc->body);
-	free(hc);
+	tkv_free(s->alloc, hc);
 	*con_cls = NULL;
 }
 

@@ -5,6 +5,7 @@
  * since the engine itself is not safe to read from an HTTP thread. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/srv_impl.h"
 
@@ -44,6 +45,7 @@ char *srv_metrics_text(struct srv *s)
 {
 	struct srv_stats *st = &s->st;
 	struct srv_buf b = { 0 };
+	char *out;
 	struct tkv_kv_stats kv;
 	double ttft_sum, rate, mae, now = srv_now();
 	uint64_t ttft_n, pred_n;
@@ -125,9 +127,7 @@ char *srv_metrics_text(struct srv *s)
 	gauge(&b, "predictor_mae_tokens", "Mean absolute error of the predicted final length (tokens).", mae);
 	counter(&b, "predictor_samples_total", "Finished requests the predictor was scored on.",
 		(unsigned long long)pred_n);
-	if (!b.p) {
-		srv_buf_free(&b);
-		return NULL;
-	}
-	return b.p;
+	out = b.p ? strdup(b.p) : NULL;   /* reply() hands it to libmicrohttpd, which calls free() */
+	srv_buf_free(&b);
+	return out;
 }

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "server/srv_impl.h"
+#include "util/alloc.h"
 
 #define ADMIT_FRAC 0.95      /* of --kv-mem that predicted demand may fill */
 #define STATS_PERIOD 0.25    /* seconds between engine statistics snapshots */
@@ -64,7 +65,7 @@ static uint64_t mix64(uint64_t x)
 
 struct srv_req *srv_req_new(struct srv *s, struct srv_gen *g)
 {
-	struct srv_req *r = calloc(1, sizeof *r);
+	struct srv_req *r = tkv_calloc(s->alloc, 1, sizeof *r);
 	pthread_condattr_t ca;
 	uint64_t n;
 
@@ -74,11 +75,12 @@ struct srv_req *srv_req_new(struct srv *s, struct srv_gen *g)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	if (pthread_cond_init(&r->cv, &ca)) {
 		pthread_condattr_destroy(&ca);
-		free(r);
+		tkv_free(s->alloc, r);
 		return NULL;
 	}
 	pthread_condattr_destroy(&ca);
 	r->srv = s;
+	r->text.a = r->raw.a = s->alloc;
 	r->gen = *g;
 	memset(g, 0, sizeof *g);
 	r->refs = 1;
@@ -99,11 +101,11 @@ static void req_free(struct srv_req *r)
 	srv_buf_free(&r->text);
 	srv_buf_free(&r->raw);
 	samp_free(r->smp);
-	free(r->logits);
-	free(r->ctx);
-	free(r->counts);
+	tkv_free(r->srv->alloc, r->logits);
+	tkv_free(r->srv->alloc, r->ctx);
+	tkv_free(r->srv->alloc, r->counts);
 	pthread_cond_destroy(&r->cv);
-	free(r);
+	tkv_free(r->srv->alloc, r);
 }
 
 /* Under s->mu. */
@@ -223,15 +225,18 @@ static void release_seq(struct srv_req *r)
 	r->prefix_published = false;
 }
 
-/* Publishes raw[raw_pub..upto) as final text. Under s->mu. */
-static void publish(struct srv_req *r, size_t upto)
+/* Publishes raw[raw_pub..upto) as final text. Under s->mu. 0, or -1 out of
+ * memory (nothing published: the text stays in raw for a later try). */
+static int publish(struct srv_req *r, size_t upto)
 {
 	if (upto > r->raw_pub) {
-		if (srv_buf_add(&r->text, r->raw.p + r->raw_pub, upto - r->raw_pub) == 0)
-			r->raw_pub = upto;
+		if (srv_buf_add(&r->text, r->raw.p + r->raw_pub, upto - r->raw_pub))
+			return -1;
+		r->raw_pub = upto;
 	}
 	r->n_gen_pub = r->n_gen;
 	pthread_cond_broadcast(&r->cv);
+	return 0;
 }
 
 /* Ends r: publishes the rest of its text, wakes its HTTP thread, records the
@@ -240,14 +245,19 @@ static void publish(struct srv_req *r, size_t upto)
 static void finish(struct srv *s, struct srv_req *r, enum srv_finish f, const struct srv_err *e)
 {
 	release_seq(r);
+	if ((f == SRV_FIN_STOP || f == SRV_FIN_LENGTH) && publish(r, r->raw.len)) {
+		/* the end of the text cannot be published: an error, not a short text */
+		f = SRV_FIN_ERROR;
+		e = NULL;
+		srv_errf(&r->err, 503, "server_error", "out_of_memory", NULL, "out of memory while generating");
+	} else if (f == SRV_FIN_ERROR && e) {
+		r->err = *e;
+	} else if (f == SRV_FIN_ERROR) {
+		srv_errf(&r->err, 500, "server_error", "internal_error", NULL, "the request failed");
+	}
 	r->done = true;
 	r->finish = f;
-	if (f == SRV_FIN_ERROR && e)
-		r->err = *e;
-	else if (f == SRV_FIN_ERROR)
-		srv_errf(&r->err, 500, "server_error", "internal_error", NULL, "the request failed");
 	if (f == SRV_FIN_STOP || f == SRV_FIN_LENGTH) {
-		publish(r, r->raw.len);
 		if (!r->cancelled) {
 			srv_pred_finish(&s->pred, r->pred_len, (uint32_t)r->gen.n_prompt + r->n_gen, r->n_gen);
 			s->st.pred_mae = srv_pred_mae(&s->pred);
@@ -272,6 +282,15 @@ static void fail(struct srv *s, struct srv_req *r, int http, const char *code, c
 
 	srv_errf(&e, http, "server_error", code, NULL, "%s", msg);
 	finish(s, r, SRV_FIN_ERROR, &e);
+}
+
+/* Ends r with f, where SRV_FIN_ERROR means its text ran out of memory. */
+static void end(struct srv *s, struct srv_req *r, enum srv_finish f)
+{
+	if (f == SRV_FIN_ERROR)
+		fail(s, r, 503, "out_of_memory", "out of memory while generating; retry later");
+	else
+		finish(s, r, f, NULL);
 }
 
 /* ---- stop strings -------------------------------------------------------------- */
@@ -344,16 +363,16 @@ static int admit(struct srv *s, struct srv_req *r)
 	struct tkv_error err = { 0 };
 	size_t reused = 0;
 
-	if (!r->ctx) {
-		r->ctx = malloc((g->n_prompt + g->max_tokens) * sizeof *r->ctx);
-		r->logits = malloc((size_t)s->info.n_vocab * sizeof *r->logits);
-		if (!r->ctx || !r->logits)
+	if (!r->smp) {
+		if (!r->ctx && !(r->ctx = tkv_malloc(s->alloc, (g->n_prompt + g->max_tokens) * sizeof *r->ctx)))
+			return -1;
+		if (!r->logits && !(r->logits = tkv_malloc(s->alloc, (size_t)s->info.n_vocab * sizeof *r->logits)))
 			return -1;
 		memcpy(r->ctx, g->ids, g->n_prompt * sizeof *r->ctx);
-		if ((g->freq_penalty != 0 || g->presence_penalty != 0) &&
-		    !(r->counts = calloc(s->info.n_vocab, sizeof *r->counts)))
+		if ((g->freq_penalty != 0 || g->presence_penalty != 0) && !r->counts &&
+		    !(r->counts = tkv_calloc(s->alloc, s->info.n_vocab, sizeof *r->counts)))
 			return -1;
-		if (samp_init(&r->smp, &g->sp, (int32_t)s->info.n_vocab, NULL, &err))
+		if (samp_init(&r->smp, &g->sp, (int32_t)s->info.n_vocab, s->alloc, &err))
 			return -1;
 		for (size_t i = 0; i < g->n_prompt; i++)
 			samp_accept(r->smp, g->ids[i]);
@@ -495,14 +514,14 @@ static enum srv_finish sample(struct srv *s, struct sched_ctx *c, struct srv_req
 	return SRV_FIN_NONE;
 }
 
-static int ctx_reserve(struct sched_ctx *c, size_t n)
+static int ctx_reserve(struct srv *s, struct sched_ctx *c, size_t n)
 {
 	if (n <= c->cap)
 		return 0;
-	free(c->items);
-	free(c->ireq);
-	c->items = malloc(n * sizeof *c->items);
-	c->ireq = malloc(n * sizeof *c->ireq);
+	tkv_free(s->alloc, c->items);
+	tkv_free(s->alloc, c->ireq);
+	c->items = tkv_malloc(s->alloc, n * sizeof *c->items);
+	c->ireq = tkv_malloc(s->alloc, n * sizeof *c->ireq);
 	c->cap = c->items && c->ireq ? n : 0;
 	return c->cap ? 0 : -1;
 }
@@ -533,7 +552,15 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 	double now;
 
 	pthread_mutex_lock(&s->mu);
-	if (ctx_reserve(c, s->n_live ? s->n_live : 1)) {
+	if (ctx_reserve(s, c, s->n_live ? s->n_live : 1)) {
+		/* no room to batch the live requests: fail them rather than spin */
+		while (s->live) {
+			r = s->live;
+			live_remove(s, r);
+			fail(s, r, 503, "out_of_memory", "out of memory while generating; retry later");
+		}
+		*hold = false;
+		s->st.n_live = 0;
 		pthread_mutex_unlock(&s->mu);
 		return;
 	}
@@ -579,7 +606,7 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		}
 		if (it->status == TKV_ERR_CTX_FULL && r->n_gen) {
 			live_remove(s, r);
-			finish(s, r, flush(c, r, SRV_FIN_LENGTH), NULL);
+			end(s, r, flush(c, r, SRV_FIN_LENGTH));
 			*hold = false;
 			continue;
 		}
@@ -614,10 +641,7 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 			continue;
 		}
 		live_remove(s, r);
-		if (f == SRV_FIN_ERROR)
-			fail(s, r, 503, "out_of_memory", "out of memory while generating");
-		else
-			finish(s, r, f, NULL);
+		end(s, r, f);
 		*hold = false;
 	}
 	atomic_fetch_add(&s->st.gen_tokens, c->tokens_this_step);
@@ -650,7 +674,7 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 			/* alone and still refused: the budget cannot hold this request */
 			live_remove(s, victim);
 			if (victim->n_gen) {
-				finish(s, victim, flush(c, victim, SRV_FIN_LENGTH), NULL);
+				end(s, victim, flush(c, victim, SRV_FIN_LENGTH));
 			} else {
 				fail(s, victim, 503, "kv_budget_exhausted",
 				     "the prompt needs more KV memory than the server's budget");
@@ -669,13 +693,9 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 static void *sched_main(void *arg)
 {
 	struct srv *s = arg;
-	struct sched_ctx c = { 0 };
+	struct sched_ctx *c = s->sched;
 	bool hold = false;
 
-	c.piece_cap = tok_stream_min_cap(s->tok);
-	if (c.piece_cap < 256)
-		c.piece_cap = 256;
-	c.piece = malloc(c.piece_cap);
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		bool idle_snapshot = false;
@@ -694,7 +714,7 @@ static void *sched_main(void *arg)
 			}
 			pthread_cond_wait(&s->sched_cv, &s->mu);
 		}
-		if (s->stopping || !c.piece)
+		if (s->stopping)
 			break;
 		now = srv_now();
 		if (reap(s, now))
@@ -703,7 +723,7 @@ static void *sched_main(void *arg)
 		s->st.n_live = s->n_live;
 		s->st.n_queued = s->n_queued;
 		pthread_mutex_unlock(&s->mu);
-		step(s, &c, &hold);
+		step(s, c, &hold);
 		pthread_mutex_lock(&s->mu);
 	}
 	/* shutting down (or no memory for the loop): fail what is left */
@@ -722,16 +742,35 @@ static void *sched_main(void *arg)
 	s->st.n_live = 0;
 	s->st.n_queued = 0;
 	pthread_mutex_unlock(&s->mu);
-	free(c.items);
-	free(c.ireq);
-	free(c.piece);
 	return NULL;
+}
+
+static void sched_ctx_free(struct srv *s, struct sched_ctx *c)
+{
+	if (!c)
+		return;
+	tkv_free(s->alloc, c->items);
+	tkv_free(s->alloc, c->ireq);
+	tkv_free(s->alloc, c->piece);
+	tkv_free(s->alloc, c);
 }
 
 int srv_sched_start(struct srv *s)
 {
-	if (pthread_create(&s->sched_thread, NULL, sched_main, s))
+	struct sched_ctx *c = tkv_calloc(s->alloc, 1, sizeof *c);
+
+	if (!c)
 		return -1;
+	c->piece_cap = tok_stream_min_cap(s->tok);
+	if (c->piece_cap < 256)
+		c->piece_cap = 256;
+	s->sched = c;
+	if (!(c->piece = tkv_malloc(s->alloc, c->piece_cap)) ||
+	    pthread_create(&s->sched_thread, NULL, sched_main, s)) {
+		sched_ctx_free(s, c);
+		s->sched = NULL;
+		return -1;
+	}
 	s->sched_started = true;
 	return 0;
 }
@@ -745,4 +784,6 @@ void srv_sched_stop(struct srv *s)
 	if (s->sched_started)
 		pthread_join(s->sched_thread, NULL);
 	s->sched_started = false;
+	sched_ctx_free(s, s->sched);
+	s->sched = NULL;
 }

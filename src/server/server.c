@@ -84,33 +84,29 @@ static void model_id(struct srv *s)
 	s->model_id[n] = 0;
 }
 
-int srv_run(const struct srv_params *p)
+int srv_start(struct srv **out, const struct srv_params *p)
 {
 	struct srv *s = calloc(1, sizeof *s);
 	struct tkv_model_params mp = tkv_model_default_params();
 	struct tkv_error err = { 0 };
 	struct srv_err se;
-	sigset_t sigs;
-	int sig = 0, rc = 1;
 	char mem[32];
 
+	*out = NULL;
 	if (!s) {
 		fprintf(stderr, "tierkv serve: out of memory\n");
 		return 1;
 	}
 	s->p = *p;
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	s->alloc = p->ep.alloc;
+	mp.alloc = s->alloc;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->sched_cv, NULL);
 
 	if (tkv_model_load(&s->model, p->model_path, &mp, &err) ||
 	    tkv_engine_init(&s->engine, s->model, &s->p.ep, &err)) {
 		fprintf(stderr, "tierkv serve: %s\n", err.msg[0] ? err.msg : "cannot start the engine");
-		goto out;
+		goto fail;
 	}
 	tkv_model_get_info(s->model, &s->info);
 	s->tok = llama_tokenizer(s->model);
@@ -122,16 +118,17 @@ int srv_run(const struct srv_params *p)
 	s->api.n_vocab = s->info.n_vocab;
 	s->api.max_tokens = (uint32_t)p->max_tokens;
 	s->api.seed_base = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 20 ^ (uint64_t)clock();
+	s->api.alloc = s->alloc;
 	if (pick_template(s, &s->api.chat))
-		goto out;
+		goto fail;
 	srv_pred_init(&s->pred, &s->info, tkv_model_kv_bytes_per_token(s->model), &s->p.ep, p->kv_expect);
 	if (srv_sched_start(s)) {
-		fprintf(stderr, "tierkv serve: cannot start the scheduler thread\n");
-		goto out;
+		fprintf(stderr, "tierkv serve: cannot start the scheduler\n");
+		goto fail;
 	}
 	if (http_start(s, &se)) {
 		fprintf(stderr, "tierkv serve: %s\n", se.msg);
-		goto out;
+		goto fail;
 	}
 	if (p->ep.kv_mem)
 		snprintf(mem, sizeof mem, "%.1f MiB", (double)p->ep.kv_mem / (1024.0 * 1024.0));
@@ -142,19 +139,24 @@ int srv_run(const struct srv_params *p)
 		tkv_policy_name(p->ep.kv.policy), mem, srv_chat_name(&s->api.chat), p->max_seqs);
 	fprintf(stderr, "tierkv serve: listening on http://%s%s%s:%d\n", strchr(p->host, ':') ? "[" : "", p->host,
 		strchr(p->host, ':') ? "]" : "", http_port(s));
-	if (sigwait(&sigs, &sig) == 0)
-		fprintf(stderr, "tierkv serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-	rc = 0;
-out:
+	*out = s;
+	return 0;
+fail:
+	srv_stop(s);
+	return 1;
+}
+
+int srv_port(struct srv *s)
+{
+	return http_port(s);
+}
+
+void srv_stop(struct srv *s)
+{
+	if (!s)
+		return;
 	srv_sched_stop(s);
 	http_stop(s);
-	if (rc == 0 && p->kv_stats && s->engine) {
-		struct tkv_kv_stats ks;
-
-		tkv_engine_kv_stats(s->engine, &ks);
-		fprintf(stderr, "tierkv serve: KV peak %zu bytes of %zu, evicted %llu, governor runs %llu\n",
-			ks.peak_allocated, ks.budget, (unsigned long long)ks.evicted, (unsigned long long)ks.gov_runs);
-	}
 	/* requests still referenced by nobody but the scheduler are gone; the rest
 	 * were answered before the daemon stopped */
 	tkv_engine_free(s->engine);
@@ -162,5 +164,32 @@ out:
 	pthread_cond_destroy(&s->sched_cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
-	return rc;
+}
+
+int srv_run(const struct srv_params *p)
+{
+	struct srv *s;
+	sigset_t sigs;
+	int sig = 0;
+
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (srv_start(&s, p))
+		return 1;
+	if (sigwait(&sigs, &sig) == 0)
+		fprintf(stderr, "tierkv serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	srv_sched_stop(s);
+	http_stop(s);
+	if (p->kv_stats) {
+		struct tkv_kv_stats ks;
+
+		tkv_engine_kv_stats(s->engine, &ks);
+		fprintf(stderr, "tierkv serve: KV peak %zu bytes of %zu, evicted %llu, governor runs %llu\n",
+			ks.peak_allocated, ks.budget, (unsigned long long)ks.evicted, (unsigned long long)ks.gov_runs);
+	}
+	srv_stop(s);
+	return 0;
 }

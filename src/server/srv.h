@@ -34,7 +34,8 @@ struct srv_params {
 	double kv_expect;         /* expected cache bytes per token / full f16; 0 = from the policy */
 	int verbose;              /* log every request on stderr */
 	int kv_stats;             /* print the cache statistics at exit */
-	struct tkv_engine_params ep;
+	struct tkv_engine_params ep;  /* ep.alloc (NULL = uncounted) also takes the model's and the
+				       * server's own memory; jansson and libmicrohttpd use malloc */
 };
 
 struct srv_params srv_default_params(void);
@@ -43,6 +44,16 @@ struct srv_params srv_default_params(void);
  * start-up failure (message on stderr). Blocks SIGINT and SIGTERM in the
  * calling thread and the threads it starts. */
 int srv_run(const struct srv_params *p);
+
+/* The same in steps, for a caller that serves in-process (tests): srv_start
+ * loads the model and starts the engine, the scheduler and the HTTP daemon
+ * (port 0: any free one, see srv_port); 0, or 1 with a message on stderr and
+ * *out NULL. srv_stop fails what is still queued or running with 503, stops
+ * and frees everything; srv_stop(NULL) is a no-op. Neither touches signals. */
+struct srv;
+int srv_start(struct srv **out, const struct srv_params *p);
+void srv_stop(struct srv *s);
+int srv_port(struct srv *s);
 
 /* Chat template families (chat.c). */
 const char *srv_chat_family_names(void);

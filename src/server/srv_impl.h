@@ -26,8 +26,9 @@
 /* ---- buffer --------------------------------------------------------------- */
 
 struct srv_buf {
-	char *p;      /* NUL-terminated when non-NULL */
+	char *p;      /* NUL-terminated when non-NULL; from a */
 	size_t len, cap;
+	struct tkv_alloc *a;  /* the server's allocator; NULL = uncounted */
 };
 
 /* 0 or -1 (out of memory; the buffer keeps what it had). */
@@ -96,6 +97,7 @@ struct srv_gen {
 	size_t stop_len[SRV_MAX_STOP];
 	int n_stop;
 	char ignored[160];       /* unknown fields, comma-separated (reported in a header) */
+	struct tkv_alloc *alloc; /* of ids and stop (the parse context's) */
 };
 
 /* An OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
@@ -119,6 +121,7 @@ struct srv_api_ctx {
 	uint32_t n_vocab;
 	uint32_t max_tokens;     /* --max-tokens */
 	uint64_t seed_base;      /* mixed into the seed of requests without one */
+	struct tkv_alloc *alloc; /* for what a parsed request owns; NULL = uncounted */
 };
 
 /* Parses a request body (len bytes, any bytes) for kind into g. 0, or -1 with e
@@ -128,7 +131,9 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 		  struct srv_gen *g, struct srv_err *e);
 void srv_gen_free(struct srv_gen *g);
 
-/* JSON texts (malloc'd, NUL-terminated; NULL on out of memory). */
+/* JSON texts (from jansson's allocator - malloc unless json_set_alloc_funcs
+ * says otherwise - to be released with free(); NUL-terminated; NULL on out
+ * of memory). */
 char *srv_api_error_json(const struct srv_err *e);
 struct srv_usage { uint32_t prompt, completion; };
 char *srv_api_response_json(enum srv_kind kind, const char *id, long created, const char *model,
@@ -245,8 +250,11 @@ struct srv_stats {
 	uint64_t pred_n;
 };
 
+struct sched_ctx;
+
 struct srv {
 	struct srv_params p;
+	struct tkv_alloc *alloc;      /* p.ep.alloc: the model's, the engine's and the server's own memory */
 	struct tkv_model *model;
 	struct tkv_engine *engine;
 	const struct tok *tok;
@@ -263,6 +271,7 @@ struct srv {
 	bool stopping;                /* no new requests; scheduler ends */
 	pthread_t sched_thread;
 	bool sched_started;
+	struct sched_ctx *sched;      /* the scheduler thread's buffers */
 	struct srv_pred pred;         /* scheduler-owned */
 	struct srv_req *live;         /* scheduler-owned list of admitted requests */
 	uint32_t n_live;
@@ -281,6 +290,7 @@ void srv_req_put(struct srv_req *r);
 int srv_sched_submit(struct srv *s, struct srv_req *r, struct srv_err *e);
 /* Marks r cancelled (the client went away); the scheduler frees its sequence. */
 void srv_sched_cancel(struct srv *s, struct srv_req *r);
+/* Allocates the scheduler's buffers and starts its thread. 0 or -1. */
 int srv_sched_start(struct srv *s);
 /* Fails every queued and live request with 503, stops and joins the scheduler. */
 void srv_sched_stop(struct srv *s);
