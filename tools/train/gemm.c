@@ -2,6 +2,7 @@
 #include "gemm.h"
 
 #include <cpuid.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "util/tpool.h"
@@ -159,29 +160,48 @@ void gemm_st(const struct gemm_args *g)
 	}
 }
 
+/* Rows are handed out in chunks from a shared counter rather than split
+ * evenly: on a machine shared with other jobs one thread may run much slower
+ * than the other, and the fast one then takes more chunks. */
+struct gemm_job {
+	const struct gemm_args *g;
+	int chunk;              /* rows per chunk, a multiple of GEMM_MR */
+	atomic_int next;        /* first row not yet handed out */
+};
+
 static void gemm_worker(void *ctx, int ith, int nth)
 {
-	const struct gemm_args *g = ctx;
-	int blocks = (g->M + GEMM_MR - 1) / GEMM_MR;
-	int b0 = (int)((long)blocks * ith / nth), b1 = (int)((long)blocks * (ith + 1) / nth);
-	struct gemm_args s = *g;
-	int i0 = b0 * GEMM_MR, i1 = b1 * GEMM_MR < g->M ? b1 * GEMM_MR : g->M;
+	struct gemm_job *j = ctx;
+	const struct gemm_args *g = j->g;
+	int i0;
 
-	if (i1 <= i0)
-		return;
-	s.M = i1 - i0;
-	s.A = g->ta ? g->A + i0 : g->A + (size_t)i0 * g->lda;
-	s.C = g->C + (size_t)i0 * g->ldc;
-	gemm_st(&s);
+	(void)ith, (void)nth;
+	while ((i0 = atomic_fetch_add(&j->next, j->chunk)) < g->M) {
+		struct gemm_args s = *g;
+
+		s.M = g->M - i0 < j->chunk ? g->M - i0 : j->chunk;
+		s.A = g->ta ? g->A + i0 : g->A + (size_t)i0 * g->lda;
+		s.C = g->C + (size_t)i0 * g->ldc;
+		gemm_st(&s);
+	}
 }
 
 void gemm(struct tpool *tp, const struct gemm_args *g)
 {
+	struct gemm_job j;
+	int nth = tpool_n(tp), rows;
+
 	if (!gemm_tile)
 		gemm_use_simd(true);
-	if (!tp || g->M < 2 * GEMM_MR) {
+	if (!tp || nth < 2 || g->M < 2 * GEMM_MR) {
 		gemm_st(g);
 		return;
 	}
-	tpool_run(tp, gemm_worker, (void *)g);
+	/* about 8 chunks per thread, at least 8 tiles of rows each */
+	rows = g->M / (8 * nth);
+	rows = rows < 8 * GEMM_MR ? 8 * GEMM_MR : (rows + GEMM_MR - 1) / GEMM_MR * GEMM_MR;
+	j.g = g;
+	j.chunk = rows;
+	atomic_init(&j.next, 0);
+	tpool_run(tp, gemm_worker, &j);
 }

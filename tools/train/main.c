@@ -559,6 +559,7 @@ static void train_help(void)
 	       "  --resume             continue from --ckpt (the shape comes from it)\n"
 	       "  --dim N --layers N --heads N --kv-heads N --ff N --ctx N   shape (256 6 8 4 768 2048)\n"
 	       "  --rope-base X        (10000)\n"
+	       "  --vocab-size N       instead of --vocab: token ids below N (benchmarks on random tokens)\n"
 	       "  --seq T              tokens per training window (default --ctx)\n"
 	       "  --batch B            windows per step (4)\n"
 	       "  --steps N            length of the schedule (1000)\n"
@@ -567,7 +568,8 @@ static void train_help(void)
 	       "  --warmup N           linear warmup steps (50)\n"
 	       "  --wd X --clip X      AdamW weight decay (0.1), gradient-norm clip (1.0)\n"
 	       "  --init-std X         (0.02)\n"
-	       "  --eval-every N       (50)   --ckpt-every SEC (300)   --time-limit SEC (none)\n"
+	       "  --eval-every N       (50; the best dev loss of the run is also kept in CKPT.best)\n"
+	       "  --ckpt-every SEC (300)   --time-limit SEC (none)\n"
 	       "  --seed N (1)  -t THREADS (2)  --log FILE (appended)\n");
 }
 
@@ -622,6 +624,7 @@ static int train_parse(int argc, char **argv, struct train_opts *o)
 		U32OPT("--kv-heads", cfg.n_kv_head, 1, 1024)
 		U32OPT("--ff", cfg.n_ff, 1, 1 << 20)
 		U32OPT("--ctx", cfg.n_ctx, 2, 1 << 20)
+		U32OPT("--vocab-size", cfg.n_vocab, 2, 65535)
 #undef U32OPT
 #define LOPT(name, field, lo, hi) else if (!strcmp(s, name)) rc = parse_long(s, v, lo, hi, &o->field);
 		LOPT("--seq", seq, 2, 1 << 20)
@@ -650,8 +653,8 @@ static int train_parse(int argc, char **argv, struct train_opts *o)
 	}
 	if (rc)
 		return rc;
-	if (!o->train || !o->ckpt || (!o->resume && !o->vocab))
-		return usage("train: --train, --ckpt and (unless --resume) --vocab are required");
+	if (!o->train || !o->ckpt || (!o->resume && !o->vocab && !o->cfg.n_vocab))
+		return usage("train: --train, --ckpt and (unless --resume) --vocab or --vocab-size are required");
 	if (o->warmup >= o->steps)
 		return usage("train: --warmup %ld must be below --steps %ld", o->warmup, o->steps);
 	return 0;
@@ -671,6 +674,7 @@ static int cmd_train(int argc, char **argv)
 	FILE *lg = NULL;
 	double t_start, t_ckpt, t_run0;
 	long T, done_run = 0;
+	double best = INFINITY; /* dev loss of CKPT.best, the best checkpoint of this run */
 	int rc, st;
 
 	memset(&m, 0, sizeof m);
@@ -689,11 +693,13 @@ static int cmd_train(int argc, char **argv)
 		struct gguf_file *g = NULL;
 		struct tok *t = NULL;
 
-		if ((st = load_tok(o.vocab, &g, &t, &err)))
-			goto fail;
-		o.cfg.n_vocab = (uint32_t)tok_n_vocab(t);
-		tok_free(t);
-		gguf_close(g);
+		if (o.vocab) {
+			if ((st = load_tok(o.vocab, &g, &t, &err)))
+				goto fail;
+			o.cfg.n_vocab = (uint32_t)tok_n_vocab(t);
+			tok_free(t);
+			gguf_close(g);
+		}
 		if ((st = trn_model_init(&m, &o.cfg, &err)))
 			goto fail;
 		trn_model_randomize(&m, (uint64_t)o.seed, (float)o.init_std);
@@ -764,6 +770,16 @@ static int cmd_train(int argc, char **argv)
 
 			logf_(lg, "eval step %llu dev loss %.4f ppl %.3f (%zu tokens)\n", (unsigned long long)s.step, dl,
 			      exp(dl), n_sc);
+			if (dl < best) {
+				char bp[4096];
+
+				best = dl;
+				snprintf(bp, sizeof bp, "%s.best", o.ckpt);
+				if (ckpt_save(bp, &m, mom, vel, &s)) {
+					fprintf(stderr, "tkv-train: cannot write checkpoint %s: %s\n", bp, strerror(errno));
+					goto out;
+				}
+			}
 		}
 		if (now_s() - t_ckpt >= o.ckpt_every || (long)s.step == o.steps ||
 		    (o.max_steps_run && done_run == o.max_steps_run) ||
@@ -940,6 +956,124 @@ out:
 	return rc;
 }
 
+/* ---- ppl -------------------------------------------------------------------------- */
+
+/* The perplexity llama.cpp's llama-perplexity reports, computed by the tierkv
+ * engine: the whole file tokenized with BOS, cut into chunks of c tokens (the
+ * rest dropped), each chunk's first token replaced by BOS and the chunk run
+ * from an empty cache (the full policy); in each chunk the tokens after
+ * position c/2 are scored (positions c/2 .. c-2 predicting the next). With
+ * --all every position of the chunk is scored instead. */
+static int cmd_ppl(int argc, char **argv)
+{
+	const char *model = NULL, *file = NULL;
+	long ctx = 0, threads = 2;
+	bool all = false;
+	struct tkv_model *mdl = NULL;
+	struct tkv_engine *e = NULL;
+	struct tkv_error err = { 0 };
+	struct tkv_model_info info;
+	struct tkv_engine_params ep;
+	int32_t *ids = NULL;
+	float *logits = NULL;
+	char *text = NULL;
+	size_t len, n = 0;
+	double nll = 0;
+	size_t scored = 0;
+	int rc;
+
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "-m") && i + 1 < argc)
+			model = argv[++i];
+		else if (!strcmp(argv[i], "-f") && i + 1 < argc)
+			file = argv[++i];
+		else if (!strcmp(argv[i], "--all"))
+			all = true;
+		else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
+			if ((rc = parse_long("-c", argv[++i], 4, 1 << 20, &ctx)))
+				return rc;
+		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+			if ((rc = parse_long("-t", argv[++i], 1, 256, &threads)))
+				return rc;
+		} else
+			return usage("ppl: unknown or incomplete option '%s'", argv[i]);
+	}
+	if (!model || !file)
+		return usage("ppl: -m MODEL.gguf and -f TEXT are required");
+	rc = EXIT_RUN;
+	if (read_file(file, &text, &len)) {
+		fprintf(stderr, "tkv-train: cannot read %s\n", file);
+		return EXIT_RUN;
+	}
+	if (tkv_model_load(&mdl, model, NULL, &err))
+		goto fail;
+	tkv_model_get_info(mdl, &info);
+	if (!ctx)
+		ctx = info.n_ctx_train;
+	tkv_tokenize(mdl, text, len, 1, 0, NULL, 0, &n);
+	if (!(ids = malloc(n * sizeof *ids)) || !(logits = malloc((size_t)ctx * info.n_vocab * sizeof *logits)))
+		goto out_nomem;
+	if (tkv_tokenize(mdl, text, len, 1, 0, ids, n, &n) != TKV_OK) {
+		fprintf(stderr, "tkv-train: cannot tokenize %s\n", file);
+		goto out;
+	}
+	ep = tkv_engine_default_params();
+	ep.n_threads = (int)threads;
+	ep.kv_mem = 0;
+	ep.n_ctx = (uint32_t)ctx;
+	ep.kv.policy = TKV_POLICY_FULL;
+	if (tkv_engine_init(&e, mdl, &ep, &err))
+		goto fail;
+	if (n < (size_t)ctx) {
+		fprintf(stderr, "tkv-train: %s has %zu tokens, fewer than one chunk of %ld\n", file, n, ctx);
+		goto out;
+	}
+	for (size_t c = 0; c + (size_t)ctx <= n; c += (size_t)ctx) {
+		struct tkv_seq *sq = NULL;
+		int32_t first = ids[c];
+		size_t j0 = all ? 0 : (size_t)ctx / 2;
+		double cn = 0;
+
+		ids[c] = ids[0]; /* BOS */
+		if (tkv_seq_init(&sq, e, &err) || tkv_seq_decode(sq, ids + c, (size_t)ctx, logits, 1, &err)) {
+			tkv_seq_free(sq);
+			goto fail;
+		}
+		tkv_seq_free(sq);
+		ids[c] = first;
+		for (size_t j = j0; j + 1 < (size_t)ctx; j++) {
+			const float *z = logits + j * info.n_vocab;
+			float mx = -INFINITY;
+			double sum = 0;
+
+			for (uint32_t v = 0; v < info.n_vocab; v++)
+				mx = z[v] > mx ? z[v] : mx;
+			for (uint32_t v = 0; v < info.n_vocab; v++)
+				sum += exp((double)z[v] - mx);
+			cn += mx + log(sum) - z[ids[c + j + 1]];
+			scored++;
+		}
+		nll += cn;
+		printf("[%zu] %.4f\n", c / (size_t)ctx + 1, exp(nll / (double)scored));
+	}
+	printf("tierkv: %zu chunks of %ld, %zu tokens scored: ppl %.4f (mean nll %.5f)\n", n / (size_t)ctx, ctx,
+	       scored, exp(nll / (double)scored), nll / (double)scored);
+	rc = 0;
+	goto out;
+out_nomem:
+	fprintf(stderr, "tkv-train: out of memory\n");
+	goto out;
+fail:
+	run_error(&err);
+out:
+	tkv_engine_free(e);
+	tkv_model_free(mdl);
+	free(ids);
+	free(logits);
+	free(text);
+	return rc;
+}
+
 static void help(void)
 {
 	printf("usage: tkv-train COMMAND [options]\n"
@@ -947,6 +1081,7 @@ static void help(void)
 	       "  prep   --vocab VOCAB.gguf -o OUT.tok FILE...   one document per file, BOS + tokens\n"
 	       "  train  --vocab VOCAB.gguf --train T.tok --ckpt CKPT [--dev D.tok] ...  (train --help)\n"
 	       "  eval   --ckpt CKPT --dev D.tok [--seq T] [-t N] dev loss and perplexity\n"
+	       "  ppl    -m MODEL.gguf -f TEXT [-c N] [--all]    perplexity as llama-perplexity scores it, by tierkv\n"
 	       "  export --ckpt CKPT --vocab VOCAB.gguf -o OUT.gguf [--type f32|q8_0] [--name NAME]\n");
 }
 
@@ -964,6 +1099,8 @@ int main(int argc, char **argv)
 		return cmd_train(argc, argv);
 	if (!strcmp(argv[1], "eval"))
 		return cmd_eval(argc, argv);
+	if (!strcmp(argv[1], "ppl"))
+		return cmd_ppl(argc, argv);
 	if (!strcmp(argv[1], "export"))
 		return cmd_export(argc, argv);
 	return usage("unknown command '%s'", argv[1]);

@@ -12,6 +12,7 @@
 #include "trn.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -285,10 +286,13 @@ static void rms_bwd(const float *x, const float *w, const float *dy, float *dx, 
 
 /* ---- attention --------------------------------------------------------------------- */
 
+/* Tasks (a sequence and a head, or a KV head backward) are taken from a
+ * shared counter, so a thread slowed by other jobs on the machine takes fewer. */
 struct att_job {
 	const struct trn_model *m;
 	struct trn_acts *a;
 	struct trn_lacts *L;
+	atomic_int next;
 };
 
 /* Softmax of the causal rows of S (bq, nk, stride nk): rows are queries i0+r,
@@ -319,7 +323,7 @@ static void att_softmax(float *S, int bq, int nk, int i0, float scale, float *ls
 
 static void att_fwd_worker(void *ctx, int ith, int nth)
 {
-	const struct att_job *j = ctx;
+	struct att_job *j = ctx;
 	const struct trn_cfg *c = &j->m->cfg;
 	struct trn_acts *a = j->a;
 	struct trn_lacts *L = j->L;
@@ -327,7 +331,8 @@ static void att_fwd_worker(void *ctx, int ith, int nth)
 	int qd = hd * H, kvd = hd * (int)c->n_kv_head;
 	float scale = 1.0f / sqrtf((float)hd), *S = a->att + (size_t)ith * 2 * TRN_QBLK * T;
 
-	for (int task = ith; task < a->B * H; task += nth) {
+	(void)nth;
+	for (int task; (task = atomic_fetch_add(&j->next, 1)) < a->B * H;) {
 		int b = task / H, h = task % H, kvh = h / G;
 		const float *K = L->k + (size_t)b * T * kvd + kvh * hd, *V = L->v + (size_t)b * T * kvd + kvh * hd;
 
@@ -347,7 +352,7 @@ static void att_fwd_worker(void *ctx, int ith, int nth)
 
 static void att_bwd_worker(void *ctx, int ith, int nth)
 {
-	const struct att_job *j = ctx;
+	struct att_job *j = ctx;
 	const struct trn_cfg *c = &j->m->cfg;
 	struct trn_acts *a = j->a;
 	struct trn_lacts *L = j->L;
@@ -356,7 +361,8 @@ static void att_bwd_worker(void *ctx, int ith, int nth)
 	float scale = 1.0f / sqrtf((float)hd);
 	float *P = a->att + (size_t)ith * 2 * TRN_QBLK * T, *dP = P + (size_t)TRN_QBLK * T;
 
-	for (int task = ith; task < a->B * KV; task += nth) {
+	(void)nth;
+	for (int task; (task = atomic_fetch_add(&j->next, 1)) < a->B * KV;) {
 		int b = task / KV, kvh = task % KV;
 		const float *K = L->k + (size_t)b * T * kvd + kvh * hd, *V = L->v + (size_t)b * T * kvd + kvh * hd;
 		float *dK = a->dk + (size_t)b * T * kvd + kvh * hd, *dV = a->dv + (size_t)b * T * kvd + kvh * hd;
@@ -415,7 +421,7 @@ double trn_forward(const struct trn_model *m, struct trn_acts *a, struct tpool *
 		const struct trn_layer *W = &m->pw.l[l];
 		struct trn_lacts *L = &a->l[l];
 		float *xo = l + 1 < c->n_layer ? a->l[l + 1].x : a->xL;
-		struct att_job job = { m, a, L };
+		struct att_job job = { m, a, L, 0 };
 
 		rms_fwd(L->xb, L->x, W->attn_norm, n, D, c->rms_eps);
 		lin_fwd(tp, L->xb, W->wq, L->q, n, D, qd);
@@ -475,7 +481,7 @@ void trn_backward(struct trn_model *m, struct trn_acts *a, struct tpool *tp)
 		const struct trn_layer *W = &m->pw.l[l];
 		struct trn_layer *G = &m->gw.l[l];
 		struct trn_lacts *L = &a->l[l];
-		struct att_job job = { m, a, L };
+		struct att_job job = { m, a, L, 0 };
 
 		/* ffn: dx is d(output of the layer) = d xm through the residual */
 		lin_bwd(tp, L->h, W->w_down, a->dx, a->dh, G->w_down, n, F, D, false);
