@@ -85,15 +85,17 @@ static double loss_of(const struct trn_model *m, struct trn_acts *a)
 	return trn_forward(m, a, NULL, NULL) / (a->B * a->T);
 }
 
-static int test_grad(void)
+static int test_grad(const struct trn_cfg *cp, int B, int T)
 {
-	struct trn_cfg c = { 16, 2, 4, 2, 32, 32, 8, 10000.0f, 1e-5f };
+	struct trn_cfg c = *cp;
 	struct trn_model m;
 	struct trn_acts a;
 	float *g;
 	int fails = 0;
 
-	if (trn_model_init(&m, &c, NULL) || trn_acts_init(&a, &m, 2, 8, 1, NULL)) {
+	printf("dim %u, %u layers, %u/%u heads, ffn %u, vocab %u, batch %d x %d\n", c.dim, c.n_layer, c.n_head,
+	       c.n_kv_head, c.n_ff, c.n_vocab, B, T);
+	if (trn_model_init(&m, &c, NULL) || trn_acts_init(&a, &m, B, T, 1, NULL)) {
 		printf("FAIL: init\n");
 		return 1;
 	}
@@ -102,10 +104,10 @@ static int test_grad(void)
 		if (m.t[k].n_dims == 1)
 			for (size_t i = 0; i < m.t[k].n; i++)
 				m.w[m.t[k].off + i] = (float)(0.8 + 0.4 * urand());
-	for (int i = 0; i < 2 * 9; i++)
-		a.tok[i] = (int32_t)(urand() * 32);
+	for (int i = 0; i < B * (T + 1); i++)
+		a.tok[i] = (int32_t)(urand() * c.n_vocab);
 	memset(m.g, 0, m.n_params * sizeof(float));
-	printf("loss %.5f (ln 32 = %.5f)\n", loss_of(&m, &a), log(32.0));
+	printf("loss %.5f (ln %u = %.5f)\n", loss_of(&m, &a), c.n_vocab, log((double)c.n_vocab));
 	trn_forward(&m, &a, NULL, NULL);
 	trn_backward(&m, &a, NULL);
 	g = malloc(m.n_params * sizeof(float));
@@ -150,9 +152,14 @@ static int test_grad(void)
 
 int main(void)
 {
+	/* the tiny model of the file comment, then one whose 80 positions span two
+	 * attention blocks of TRN_QBLK queries (the block-causal paths) */
+	static const struct trn_cfg tiny = { 16, 2, 4, 2, 32, 32, 8, 10000.0f, 1e-5f };
+	static const struct trn_cfg blocks = { 16, 1, 4, 2, 32, 32, 80, 10000.0f, 1e-5f };
 	int fails = test_gemm();
 
-	fails += test_grad();
+	fails += test_grad(&tiny, 2, 8);
+	fails += test_grad(&blocks, 1, 80);
 	printf("%s\n", fails ? "FAILED" : "all ok");
 	return fails ? 1 : 0;
 }
