@@ -33,14 +33,15 @@ const char *gemm_use_simd(bool on)
 	return gemm_tile == gemm_tile_avx2 ? "avx2" : "ref";
 }
 
-void gemm_tile_ref(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr, bool load)
+void gemm_tile_ref(int kc, const float *const *a, long ks, const float *bp, float *c, int ldc, int mr, int nr,
+		   bool load)
 {
 	float t[GEMM_MR][GEMM_NR] = { { 0 } };
 
 	for (int k = 0; k < kc; k++)
 		for (int r = 0; r < GEMM_MR; r++)
 			for (int j = 0; j < GEMM_NR; j++)
-				t[r][j] += ap[k * GEMM_MR + r] * bp[k * GEMM_NR + j];
+				t[r][j] += a[r][k * ks] * bp[k * GEMM_NR + j];
 	for (int r = 0; r < mr; r++)
 		for (int j = 0; j < nr; j++)
 			c[r * ldc + j] = load ? c[r * ldc + j] + t[r][j] : t[r][j];
@@ -94,38 +95,10 @@ static void gemm_pack_b(const struct gemm_args *g, int pc, int kc, int jc, int n
 	}
 }
 
-/* Ap[k][MR] for rows ic..ic+mr of op(A), columns pc..pc+kc; rows past M zero. */
-static void gemm_pack_a(const struct gemm_args *g, int pc, int kc, int ic, int mr, float *ap)
-{
-	if (!g->ta) {
-		for (int r = 0; r < GEMM_MR; r++) {
-			if (r < mr) {
-				const float *src = g->A + (size_t)(ic + r) * g->lda + pc;
-
-				for (int k = 0; k < kc; k++)
-					ap[k * GEMM_MR + r] = src[k];
-			} else {
-				for (int k = 0; k < kc; k++)
-					ap[k * GEMM_MR + r] = 0.0f;
-			}
-		}
-	} else {
-		for (int k = 0; k < kc; k++) {
-			const float *src = g->A + (size_t)(pc + k) * g->lda + ic;
-			int r = 0;
-
-			for (; r < mr; r++)
-				ap[k * GEMM_MR + r] = src[r];
-			for (; r < GEMM_MR; r++)
-				ap[k * GEMM_MR + r] = 0.0f;
-		}
-	}
-}
-
 void gemm_st(const struct gemm_args *g)
 {
 	_Alignas(64) float bp[GEMM_KC * GEMM_NC];
-	_Alignas(64) float ap[GEMM_KC * GEMM_MR];
+	long rs = g->ta ? 1 : g->lda, ks = g->ta ? g->lda : 1; /* A(i, k) = A[i * rs + k * ks] */
 
 	if (!gemm_tile)
 		gemm_use_simd(true);
@@ -147,12 +120,14 @@ void gemm_st(const struct gemm_args *g)
 			gemm_pack_b(g, pc, kc, jc, nc, bp);
 			for (int ic = 0; ic < g->M; ic += GEMM_MR) {
 				int mr = g->M - ic < GEMM_MR ? g->M - ic : GEMM_MR;
+				const float *a[GEMM_MR];
 
-				gemm_pack_a(g, pc, kc, ic, mr, ap);
+				for (int r = 0; r < GEMM_MR; r++)
+					a[r] = g->A + (size_t)(ic + (r < mr ? r : 0)) * rs + (size_t)pc * ks;
 				for (int p = 0; p * GEMM_NR < nc; p++) {
 					int nr = nc - p * GEMM_NR < GEMM_NR ? nc - p * GEMM_NR : GEMM_NR;
 
-					gemm_tile(kc, ap, bp + (size_t)p * kc * GEMM_NR,
+					gemm_tile(kc, a, ks, bp + (size_t)p * kc * GEMM_NR,
 						  g->C + (size_t)ic * g->ldc + jc + p * GEMM_NR, g->ldc, mr, nr, load);
 				}
 			}

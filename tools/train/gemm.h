@@ -9,9 +9,9 @@
  *   forward  y (n, out)  = x (n, in) · Wᵀ             ta 0, tb 1
  *   input    dx (n, in)  = dy (n, out) · W             ta 0, tb 0
  *   weight   dW (out, in) += dyᵀ (out, n) · x (n, in)  ta 1, tb 0, acc
- * Blocks of B (256 x 128) and strips of A (6 x 256) are packed into
- * contiguous buffers on the stack; a 6x16 register tile (AVX2/FMA, or the
- * scalar reference) does the arithmetic. */
+ * Blocks of B (256 x 128) are packed into a contiguous buffer on the stack;
+ * A is read in place (6 rows at a time, each element broadcast), and a 6x16
+ * register tile (AVX2/FMA, or the scalar reference) does the arithmetic. */
 #ifndef TKV_TRAIN_GEMM_H
 #define TKV_TRAIN_GEMM_H
 
@@ -44,10 +44,14 @@ const char *gemm_use_simd(bool on);
 
 #define GEMM_MR 6
 #define GEMM_NR 16
-/* The tile kernel: acc (mr x nr of C, ldc) [+]= Ap (kc, MR) · Bp (kc, NR). */
-typedef void (*gemm_tile_fn)(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr,
-			     bool load);
-void gemm_tile_ref(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr, bool load);
-void gemm_tile_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr, bool load);
+/* The tile kernel: C (mr x nr, ldc) [+]= A (MR, kc) · Bp (kc, NR) where row r of
+ * A is read at a[r][k * ks] (a[r] points at its first element; rows past mr
+ * may repeat a valid row, their results are dropped). */
+typedef void (*gemm_tile_fn)(int kc, const float *const *a, long ks, const float *bp, float *c, int ldc,
+			     int mr, int nr, bool load);
+void gemm_tile_ref(int kc, const float *const *a, long ks, const float *bp, float *c, int ldc, int mr, int nr,
+		   bool load);
+void gemm_tile_avx2(int kc, const float *const *a, long ks, const float *bp, float *c, int ldc, int mr, int nr,
+		    bool load);
 
 #endif

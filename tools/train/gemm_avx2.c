@@ -3,30 +3,32 @@
 
 #include "gemm.h"
 
-void gemm_tile_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr, bool load)
+void gemm_tile_avx2(int kc, const float *const *ar, long ks, const float *bp, float *c, int ldc, int mr, int nr,
+		    bool load)
 {
 	__m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
 	__m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+	const float *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3], *a4 = ar[4], *a5 = ar[5];
 
-	for (int k = 0; k < kc; k++, ap += GEMM_MR, bp += GEMM_NR) {
+	for (int k = 0; k < kc; k++, bp += GEMM_NR, a0 += ks, a1 += ks, a2 += ks, a3 += ks, a4 += ks, a5 += ks) {
 		__m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8), a;
 
-		a = _mm256_broadcast_ss(ap + 0);
+		a = _mm256_broadcast_ss(a0);
 		c00 = _mm256_fmadd_ps(a, b0, c00);
 		c01 = _mm256_fmadd_ps(a, b1, c01);
-		a = _mm256_broadcast_ss(ap + 1);
+		a = _mm256_broadcast_ss(a1);
 		c10 = _mm256_fmadd_ps(a, b0, c10);
 		c11 = _mm256_fmadd_ps(a, b1, c11);
-		a = _mm256_broadcast_ss(ap + 2);
+		a = _mm256_broadcast_ss(a2);
 		c20 = _mm256_fmadd_ps(a, b0, c20);
 		c21 = _mm256_fmadd_ps(a, b1, c21);
-		a = _mm256_broadcast_ss(ap + 3);
+		a = _mm256_broadcast_ss(a3);
 		c30 = _mm256_fmadd_ps(a, b0, c30);
 		c31 = _mm256_fmadd_ps(a, b1, c31);
-		a = _mm256_broadcast_ss(ap + 4);
+		a = _mm256_broadcast_ss(a4);
 		c40 = _mm256_fmadd_ps(a, b0, c40);
 		c41 = _mm256_fmadd_ps(a, b1, c41);
-		a = _mm256_broadcast_ss(ap + 5);
+		a = _mm256_broadcast_ss(a5);
 		c50 = _mm256_fmadd_ps(a, b0, c50);
 		c51 = _mm256_fmadd_ps(a, b1, c51);
 	}

@@ -167,8 +167,9 @@ int trn_acts_init(struct trn_acts *a, const struct trn_model *m, int B, int T, i
 	size_t n = (size_t)B * T, D = c->dim, F = c->n_ff, V = c->n_vocab;
 	size_t qd = (size_t)m->head_dim * c->n_head, kvd = (size_t)m->head_dim * c->n_kv_head;
 	size_t per_layer = n * (D * 4 + qd * 2 + kvd * 2 + F * 3) + (size_t)B * c->n_head * T;
+	size_t att = (size_t)(2 * TRN_QBLK + 2 * m->head_dim) * T;
 	size_t total = per_layer * c->n_layer + n * (D * 2 + V) + n * (D * 2 + qd * 2 + kvd * 2 + F * 3) +
-		       (size_t)n_threads * 2 * TRN_QBLK * T;
+		       (size_t)n_threads * att;
 	float *p;
 
 	memset(a, 0, sizeof *a);
@@ -216,7 +217,7 @@ int trn_acts_init(struct trn_acts *a, const struct trn_model *m, int B, int T, i
 	TAKE(a->dh, n * F);
 	TAKE(a->dg, n * F);
 	TAKE(a->du, n * F);
-	TAKE(a->att, (size_t)n_threads * 2 * TRN_QBLK * T);
+	TAKE(a->att, (size_t)n_threads * att);
 #undef TAKE
 	return TKV_OK;
 }
@@ -295,6 +296,23 @@ struct att_job {
 	atomic_int next;
 };
 
+/* The per-thread attention scratch: two (TRN_QBLK, T) blocks, then Kᵀ and
+ * Vᵀ (hd, T) of the current KV head, so the products against Kᵀ and Vᵀ read
+ * rows (packing a transposed operand for every block of queries costs as
+ * much as the product). */
+static float *att_scratch(const struct trn_acts *a, int hd, int ith)
+{
+	return a->att + (size_t)ith * (size_t)(2 * TRN_QBLK + 2 * hd) * a->T;
+}
+
+/* xt (hd, T) = x (T, hd) with rows of stride ld. */
+static void att_transpose(float *xt, const float *x, int T, int hd, int ld)
+{
+	for (int t = 0; t < T; t++)
+		for (int e = 0; e < hd; e++)
+			xt[(size_t)e * T + t] = x[(size_t)t * ld + e];
+}
+
 /* Softmax of the causal rows of S (bq, nk, stride nk): rows are queries i0+r,
  * keys 0..nk-1; row r sees keys 0..i0+r. Writes probabilities (0 past the
  * query) and each row's log-sum-exp of the scaled logits. */
@@ -329,17 +347,19 @@ static void att_fwd_worker(void *ctx, int ith, int nth)
 	struct trn_lacts *L = j->L;
 	int T = a->T, hd = (int)j->m->head_dim, H = (int)c->n_head, G = (int)(c->n_head / c->n_kv_head);
 	int qd = hd * H, kvd = hd * (int)c->n_kv_head;
-	float scale = 1.0f / sqrtf((float)hd), *S = a->att + (size_t)ith * 2 * TRN_QBLK * T;
+	float scale = 1.0f / sqrtf((float)hd), *S = att_scratch(a, hd, ith);
+	float *KT = S + (size_t)2 * TRN_QBLK * T;
 
 	(void)nth;
 	for (int task; (task = atomic_fetch_add(&j->next, 1)) < a->B * H;) {
 		int b = task / H, h = task % H, kvh = h / G;
 		const float *K = L->k + (size_t)b * T * kvd + kvh * hd, *V = L->v + (size_t)b * T * kvd + kvh * hd;
 
+		att_transpose(KT, K, T, hd, kvd);
 		for (int i0 = 0; i0 < T; i0 += TRN_QBLK) {
 			int bq = T - i0 < TRN_QBLK ? T - i0 : TRN_QBLK, nk = i0 + bq;
 			const float *Q = L->q + ((size_t)b * T + i0) * qd + h * hd;
-			struct gemm_args s = { bq, nk, hd, Q, qd, false, K, kvd, true, S, nk, false };
+			struct gemm_args s = { bq, nk, hd, Q, qd, false, KT, T, false, S, nk, false };
 			struct gemm_args o = { bq, hd, nk, S, nk, false, V, kvd, false,
 					       L->ao + ((size_t)b * T + i0) * qd + h * hd, qd, false };
 
@@ -359,13 +379,17 @@ static void att_bwd_worker(void *ctx, int ith, int nth)
 	int T = a->T, hd = (int)j->m->head_dim, H = (int)c->n_head, KV = (int)c->n_kv_head, G = H / KV;
 	int qd = hd * H, kvd = hd * KV;
 	float scale = 1.0f / sqrtf((float)hd);
-	float *P = a->att + (size_t)ith * 2 * TRN_QBLK * T, *dP = P + (size_t)TRN_QBLK * T;
+	float *P = att_scratch(a, hd, ith), *dP = P + (size_t)TRN_QBLK * T;
+	float *KT = P + (size_t)2 * TRN_QBLK * T, *VT = KT + (size_t)hd * T;
 
 	(void)nth;
 	for (int task; (task = atomic_fetch_add(&j->next, 1)) < a->B * KV;) {
 		int b = task / KV, kvh = task % KV;
 		const float *K = L->k + (size_t)b * T * kvd + kvh * hd, *V = L->v + (size_t)b * T * kvd + kvh * hd;
 		float *dK = a->dk + (size_t)b * T * kvd + kvh * hd, *dV = a->dv + (size_t)b * T * kvd + kvh * hd;
+
+		att_transpose(KT, K, T, hd, kvd);
+		att_transpose(VT, V, T, hd, kvd);
 
 		for (int h = kvh * G; h < (kvh + 1) * G; h++)
 			for (int i0 = 0; i0 < T; i0 += TRN_QBLK) {
@@ -374,8 +398,8 @@ static void att_bwd_worker(void *ctx, int ith, int nth)
 				const float *Q = L->q + row0 * qd + h * hd, *O = L->ao + row0 * qd + h * hd;
 				const float *dO = a->dao + row0 * qd + h * hd;
 				const float *lse = L->lse + ((size_t)b * H + h) * T + i0;
-				struct gemm_args s = { bq, nk, hd, Q, qd, false, K, kvd, true, P, nk, false };
-				struct gemm_args dp = { bq, nk, hd, dO, qd, false, V, kvd, true, dP, nk, false };
+				struct gemm_args s = { bq, nk, hd, Q, qd, false, KT, T, false, P, nk, false };
+				struct gemm_args dp = { bq, nk, hd, dO, qd, false, VT, T, false, dP, nk, false };
 				struct gemm_args dq = { bq, hd, nk, dP, nk, false, K, kvd, false,
 							a->dq + row0 * qd + h * hd, qd, false };
 				struct gemm_args dk = { nk, hd, bq, dP, nk, true, Q, qd, false, dK, kvd, true };

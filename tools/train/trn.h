@@ -84,7 +84,8 @@ struct trn_acts {
 	int32_t *tok;    /* (B, T+1) the batch: inputs 0..T-1, targets 1..T */
 	/* backward scratch */
 	float *dx, *dxb, *dq, *dk, *dv, *dao, *dh, *dg, *du; /* like the activations */
-	float *att;      /* (n_threads, 2, TRN_QBLK, T) attention logits / dP per thread */
+	float *att;      /* (n_threads, 2 TRN_QBLK + 2 hd, T) per thread: attention
+			  * probabilities, dP, Kᵀ, Vᵀ */
 	float *mem;      /* one block holding all of the above (owned) */
 };
 
