@@ -2,11 +2,11 @@
 # kjv_train.sh DATADIR RUNDIR - the training run of models/kjv-2048.gguf.
 #
 # DATADIR is what corpus.sh wrote plus kjv-vocab.gguf, train.tok and dev.tok
-# (tools/train/README.md). 320 AdamW steps of 8192 tokens (about 2.2 epochs of
-# the 1.17M training tokens): steps 0-230 in windows of 512 tokens (16 a
-# step), steps 230-320 in windows of 2048 (4 a step) so that every position
+# (tools/train/README.md). 260 AdamW steps of 8192 tokens (about 1.8 epochs of
+# the 1.17M training tokens): steps 0-180 in windows of 512 tokens (16 a
+# step), steps 180-260 in windows of 2048 (4 a step) so that every position
 # of the 2048 context is trained. Peak learning rate 1.5e-3 after 40 warmup
-# steps, cosine to 1.5e-4 at step 320, weight decay 0.1, gradient norm
+# steps, cosine to 1.5e-4 at step 260, weight decay 0.1, gradient norm
 # clipped to 1. A checkpoint every 2 minutes; running the script again
 # resumes from the last one. TKV_TRAIN names the binary (default
 # build/tools/train/tkv-train).
@@ -14,7 +14,7 @@ set -eu
 D=${1:?usage: kjv_train.sh DATADIR RUNDIR}
 R=${2:?usage: kjv_train.sh DATADIR RUNDIR}
 BIN=${TKV_TRAIN:-build/tools/train/tkv-train}
-TOTAL=320 SPLIT=230
+TOTAL=260 SPLIT=180
 COMMON="--train $D/train.tok --dev $D/dev.tok --ckpt $R/kjv.ckpt --steps $TOTAL --warmup 40 --lr 1.5e-3 \
  --min-lr 0.1 --wd 0.1 --clip 1.0 --eval-every 20 --ckpt-every 120 --seed 1 -t ${THREADS:-2} --log $R/train.log"
 mkdir -p "$R"
