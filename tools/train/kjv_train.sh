@@ -2,10 +2,10 @@
 # kjv_train.sh DATADIR RUNDIR - the training run of models/kjv-2048.gguf.
 #
 # DATADIR is what corpus.sh wrote plus kjv-vocab.gguf, train.tok and dev.tok
-# (tools/train/README.md). 260 AdamW steps of 8192 tokens (about 1.8 epochs of
-# the 1.17M training tokens): steps 0-180 in windows of 512 tokens (16 a
-# step), steps 180-260 in windows of 2048 (4 a step) so that every position
-# of the 2048 context is trained. Peak learning rate 1.5e-3 after 40 warmup
+# (tools/train/README.md). 260 AdamW steps, 1.8M tokens (about 1.5 epochs of
+# the 1.17M training tokens): steps 0-180 in 16 windows of 512 tokens, steps
+# 180-260 in 2 windows of 2048 so that every position of the 2048 context is
+# trained. Peak learning rate 1.5e-3 after 40 warmup
 # steps, cosine to 1.5e-4 at step 260, weight decay 0.1, gradient norm
 # clipped to 1. A checkpoint every 2 minutes; running the script again
 # resumes from the last one. TKV_TRAIN names the binary (default
@@ -28,6 +28,6 @@ while :; do
 	if [ "$step" -lt $SPLIT ]; then
 		nice -n 19 "$BIN" train --resume --seq 512 --batch 16 --run-steps $((SPLIT - step)) $COMMON
 	else
-		nice -n 19 "$BIN" train --resume --seq 2048 --batch 4 --run-steps $((TOTAL - step)) $COMMON
+		nice -n 19 "$BIN" train --resume --seq 2048 --batch 2 --run-steps $((TOTAL - step)) $COMMON
 	fi
 done
