@@ -146,6 +146,11 @@ struct tkv_kv_policy_params {
 				   * its full f16 cache (0 = no floor): past it, decode
 				   * reports TKV_ERR_KV_FULL so a server can preempt instead
 				   * of lowering quality */
+	float share_cos;          /* cross-layer sharing: a token whose key and value both have
+				   * at least this cosine with its key and value in the layer
+				   * below stores one direction for both layers and its own
+				   * scales (MiniCache-style); 0 = off (the default) */
+	uint32_t share_from;      /* ... in layers from this one up (0 = the upper half) */
 };
 
 struct tkv_kv_policy_params tkv_kv_policy_default_params(void);
@@ -218,6 +223,8 @@ struct tkv_kv_stats {
 	size_t n_tokens;        /* cached tokens, summed over sequences */
 	size_t tier_bytes[3];   /* K+V bytes (with quantization parameters) per tier: hot, warm, cold */
 	size_t tier_tokens[3];  /* token slots per tier, summed over layers and KV heads */
+	size_t shared_bytes;    /* K+V bytes of cross-layer shared slots (their scales) */
+	size_t shared_tokens;   /* ... and their token slots (in no tier) */
 	uint64_t evicted;       /* token slots evicted so far */
 	uint64_t demoted;       /* token slots moved to a lower tier */
 	uint64_t merged;        /* evicted slots merged into kept ones (semantic completion) */

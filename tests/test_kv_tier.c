@@ -319,8 +319,12 @@ static void test_names(void **state)
 		assert_int_equal(kv_fmt_tier(f), tiers[f]);
 		assert_int_equal(kv_fmt_packed(f), f == KV_FMT_Q4 || f == KV_FMT_Q2);
 	}
-	assert_string_equal(kv_fmt_name(KV_FMT_COUNT), "?");
-	assert_false(kv_fmt_packed(KV_FMT_COUNT));
+	/* the shared-slot format has a name but is no tier format */
+	assert_string_equal(kv_fmt_name(KV_FMT_REF), "ref");
+	assert_int_equal(kv_fmt_parse("ref"), -1);
+	assert_false(kv_fmt_ok(KV_FMT_REF, 64));
+	assert_string_equal(kv_fmt_name(KV_FMT_ALL), "?");
+	assert_false(kv_fmt_packed(KV_FMT_ALL));
 	assert_int_equal(kv_fmt_parse("q3"), -1);
 	assert_int_equal(kv_fmt_parse("F16"), -1);
 	assert_int_equal(kv_fmt_parse("f16 "), -1);

@@ -55,3 +55,24 @@ char *tu_read_file(const char *path, size_t *len)
 	fclose(f);
 	return buf;
 }
+
+static uint64_t rng_state = 0x5eed1234ull;
+
+void tu_rng_seed(uint64_t seed)
+{
+	rng_state = seed;
+}
+
+uint32_t tu_rng_u32(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+float tu_rng_f(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((double)tu_rng_u32() / 4294967296.0);
+}

@@ -17,4 +17,10 @@ const char *tu_vocab_path(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. */
 char *tu_read_file(const char *path, size_t *len);
 
+/* A deterministic generator (splitmix64) for test data: seed, 32 random
+ * bits, a float uniform in [lo, hi). One state per test program. */
+void tu_rng_seed(uint64_t seed);
+uint32_t tu_rng_u32(void);
+float tu_rng_f(float lo, float hi);
+
 #endif

@@ -377,7 +377,10 @@ struct bench_result {
 	double ts[BENCH_MAX_REPS];
 	int n_reps;
 	double mean, sd;
-	size_t kv_allocated, peak_rss;
+	size_t kv_allocated;        /* pool bytes of the run's sequence at the end (page metadata
+				     * and empty slots included) */
+	size_t peak_rss;
+	uint64_t compact_slots, compact_ns;  /* compaction in the timed runs */
 	double kv_bytes;            /* K+V bytes the run's sequence held, mean of start and end */
 	double kv_full;             /* what a full f16 cache holds for the same tokens */
 	uint64_t pages_read, pages_skipped;  /* by attention in the timed runs */
@@ -415,16 +418,16 @@ static int bench_fill(struct tkv_engine *e, uint32_t n_vocab, long depth, size_t
 struct bench_run {
 	double rate;          /* tokens/s */
 	double kv_bytes;      /* mean of the K+V bytes at start and end */
-	size_t allocated;     /* pool bytes at the end */
-	uint64_t pages_read, pages_skipped;
+	size_t allocated;     /* pool bytes of its sequence at the end */
+	uint64_t pages_read, pages_skipped, compact_slots, compact_ns;
 };
 
 /* One timed run on a copy of base. */
-static int bench_once(struct tkv_engine *e, const struct tkv_seq *base, uint32_t n_vocab, long n_prompt,
+static int bench_once(const struct tkv_seq *base, uint32_t n_vocab, long n_prompt,
 		      long n_gen, int32_t *ids, float *logits, struct bench_run *run, struct tkv_error *err)
 {
 	struct tkv_seq *seq = NULL;
-	struct tkv_kv_stats k0, k1, ks;
+	struct tkv_kv_stats k0, k1;
 	double t0, t1;
 	int st;
 
@@ -450,11 +453,13 @@ static int bench_once(struct tkv_engine *e, const struct tkv_seq *base, uint32_t
 		run->rate = n_gen / (t1 - t0);
 	}
 	tkv_seq_kv_stats(seq, &k1);
-	tkv_engine_kv_stats(e, &ks);
 	run->kv_bytes = ((double)k0.kv_bytes + (double)k1.kv_bytes) / 2.0;
-	run->allocated = ks.allocated;
+	run->allocated = k1.allocated;
 	run->pages_read = k1.pages_read - k0.pages_read;
 	run->pages_skipped = k1.pages_skipped - k0.pages_skipped;
+	/* the pool's counters: the one sequence running moved them */
+	run->compact_slots = k1.compact_slots - k0.compact_slots;
+	run->compact_ns = k1.compact_ns - k0.compact_ns;
 	tkv_seq_free(seq);
 	return st;
 }
@@ -462,7 +467,7 @@ static int bench_once(struct tkv_engine *e, const struct tkv_seq *base, uint32_t
 /* One test on copies of base. For decode with b, the bandwidth is measured
  * before each run and the fraction of the limit is the mean of the runs' own
  * fractions, each with the KV bytes its sequence held. */
-static int bench_test(struct tkv_engine *e, const struct tkv_seq *base, const struct tkv_model *m,
+static int bench_test(const struct tkv_seq *base, const struct tkv_model *m,
 		      const struct bench_opts *o, long n_prompt, long n_gen, int32_t *ids, float *logits,
 		      const struct bench_bw *b, double weight_bytes, struct bench_result *r, struct tkv_error *err)
 {
@@ -479,13 +484,13 @@ static int bench_test(struct tkv_engine *e, const struct tkv_seq *base, const st
 	if (r->depth)
 		snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%ld", r->depth);
 	/* warm-up (llama-bench does one too): pages in the weights, wakes threads */
-	if ((st = bench_once(e, base, m->info.n_vocab, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
+	if ((st = bench_once(base, m->info.n_vocab, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
 			     &run, err)))
 		return st;
 	for (long i = 0; i < o->reps; i++) {
 		double bw = n_gen && b ? bench_bw_measure(b, BENCH_BW_RUN_PASSES) : 0.0;
 
-		if ((st = bench_once(e, base, m->info.n_vocab, n_prompt, n_gen, ids, logits, &run, err)))
+		if ((st = bench_once(base, m->info.n_vocab, n_prompt, n_gen, ids, logits, &run, err)))
 			return st;
 		r->bw[r->n_reps] = bw;
 		r->ts[r->n_reps++] = run.rate;
@@ -493,6 +498,8 @@ static int bench_test(struct tkv_engine *e, const struct tkv_seq *base, const st
 		kv += run.kv_bytes;
 		r->pages_read += run.pages_read;
 		r->pages_skipped += run.pages_skipped;
+		r->compact_slots += run.compact_slots;
+		r->compact_ns += run.compact_ns;
 		if (bw > 0) {
 			f += run.rate * (weight_bytes + run.kv_bytes) / bw;
 			bws += bw;
@@ -529,9 +536,11 @@ static void bench_json(FILE *f, const struct tkv_model_info *in, const struct be
 	for (int i = 0; i < r->n_reps; i++)
 		fprintf(f, "%s%.3f", i ? ", " : "", r->ts[i]);
 	fprintf(f, "], \"kv_allocated\": %zu, \"kv_bytes\": %.0f, \"kv_full_f16\": %.0f, \"pages_read\": %llu, "
-		"\"pages_skipped\": %llu, \"peak_rss\": %zu, \"mem_bw_gbs\": %.3f, \"mem_bw_fresh_gbs\": %.3f",
+		"\"pages_skipped\": %llu, \"compact_slots\": %llu, \"compact_ms\": %.3f, \"peak_rss\": %zu, "
+		"\"mem_bw_gbs\": %.3f, \"mem_bw_fresh_gbs\": %.3f",
 		r->kv_allocated, r->kv_bytes, r->kv_full, (unsigned long long)r->pages_read,
-		(unsigned long long)r->pages_skipped, r->peak_rss, (r->bw_mean > 0 ? r->bw_mean : bw) / 1e9,
+		(unsigned long long)r->pages_skipped, (unsigned long long)r->compact_slots, (double)r->compact_ns / 1e6,
+		r->peak_rss, (r->bw_mean > 0 ? r->bw_mean : bw) / 1e9,
 		bw_fresh / 1e9);
 	if (r->n_gen && r->limit_ts > 0)
 		fprintf(f, ", \"bytes_per_token\": %.0f, \"limit_ts\": %.3f, \"frac_of_limit\": %.4f", r->bytes_per_token,
@@ -586,7 +595,7 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 				break;
 			/* like kv_bytes, the mean of the run's start and end */
 			r->kv_full = (double)kv_tok * ((double)d + (double)(np + ng) / 2.0);
-			st = bench_test(e, base, m, o, np, ng, ids, logits, bwm, wbytes, r, err);
+			st = bench_test(base, m, o, np, ng, ids, logits, bwm, wbytes, r, err);
 			tkv_seq_free(base);
 			if (!st) {
 				bench_emit(jf, &m->info, o, type_name, fbytes, bw, bw_fresh, r);

@@ -62,6 +62,9 @@ int cli_engine_option(struct cli_args *a, struct tkv_engine_params *ep, int *sta
 enum tkv_policy;
 int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum tkv_policy *out, size_t *n);
 /* A comma-separated list of up to max numbers in (0, 1] for option opt. */
+/* One sharing spec "C" or "C:L" (the first len bytes of v) into cos and from
+ * (see --kv-share); 0 or a usage error. */
+int cli_share_spec(struct cli_args *a, const char *opt, const char *v, size_t len, float *cos, uint32_t *from);
 int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n);
 /* Prints the --kv-* options for a --help text. */
 void cli_kv_help(void);

@@ -49,6 +49,7 @@
 #define EVAL_COPY_FILL 0.85    /* the copy sequence's length as a share of the context */
 #define EVAL_MAX_PLANS 8
 #define EVAL_PLAN_NAME 512
+#define EVAL_MAX_SHARES 8
 
 static void eval_help(void)
 {
@@ -68,6 +69,8 @@ static void eval_help(void)
 	       "                        for the same tokens, in (0, 1]; 1 = no cap (default 1,0.35,0.125,0.0625)\n"
 	       "      --layer-plans L   layer plans to compare, ';'-separated: uniform, auto, or\n"
 	       "                        PAGES[:WEIGHT] per layer (default: the --kv-layer-plan)\n"
+	       "      --shares LIST     cross-layer sharing settings to compare, comma-separated\n"
+	       "                        COSINE[:LAYER] as for --kv-share, 0 = off (default: --kv-share)\n"
 	       "  -c, --ctx-size N      context; texts are cut to it (default: the model's)\n"
 	       "      --prefill N       tokens decoded in the first call, the rest one by one (default 64)\n"
 	       "  -b, --batch-size N    tokens per forward chunk of that first call (default 64)\n"
@@ -102,7 +105,34 @@ struct eval_opts {
 	struct tkv_kv_layer_plan plans[EVAL_MAX_PLANS];
 	char plan_names[EVAL_MAX_PLANS][EVAL_PLAN_NAME];
 	size_t n_plans;
+	/* cross-layer sharing settings compared (--shares; else the base --kv-share) */
+	float share_cos[EVAL_MAX_SHARES];
+	uint32_t share_from[EVAL_MAX_SHARES];
+	char share_names[EVAL_MAX_SHARES][24];
+	size_t n_shares;
 };
+
+/* A comma-separated list of sharing specs. */
+static int parse_shares(struct cli_args *a, const char *v, struct eval_opts *o)
+{
+	const char *p = v;
+
+	o->n_shares = 0;
+	do {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		int rc;
+
+		if (o->n_shares == EVAL_MAX_SHARES)
+			return cli_usage_error(a, "--shares: at most %d settings", EVAL_MAX_SHARES);
+		if ((rc = cli_share_spec(a, "--shares", p, len, &o->share_cos[o->n_shares], &o->share_from[o->n_shares])))
+			return rc;
+		snprintf(o->share_names[o->n_shares], sizeof o->share_names[0], "%.*s", (int)len, p);
+		o->n_shares++;
+		p = end ? end + 1 : p + len;
+	} while (*p);
+	return 0;
+}
 
 /* A ';'-separated list of layer plans (uniform, auto, or a per-layer list). */
 static int parse_plans(struct cli_args *a, const char *v, struct eval_opts *o)
@@ -172,6 +202,9 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 		} else if (!strcmp(s, "--layer-plans")) {
 			if (!(v = cli_value(&a, s)) || (rc = parse_plans(&a, v, o)))
 				return CLI_USAGE;
+		} else if (!strcmp(s, "--shares")) {
+			if (!(v = cli_value(&a, s)) || (rc = parse_shares(&a, v, o)))
+				return CLI_USAGE;
 		} else if (!strcmp(s, "--budgets")) {
 			if (!(v = cli_value(&a, s)) || (rc = cli_parse_fractions(&a, s, v, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud)))
 				return CLI_USAGE;
@@ -234,6 +267,7 @@ struct eval_row {
 	enum tkv_policy policy;
 	double budget;            /* share of the full cache; 1 = no cap */
 	size_t plan;              /* index of its layer plan in eval_opts */
+	size_t share;             /* index of its sharing setting in eval_opts */
 	char plan_chosen[EVAL_PLAN_NAME]; /* the plan applied on the last text (auto: as chosen) */
 	double alloc_end, used_end;      /* sums over texts of page bytes and their filled share at the end */
 	uint64_t compact_slots, compact_ns;
@@ -241,6 +275,7 @@ struct eval_row {
 	double kv_peak, kv_full;  /* sums over texts (bytes) */
 	double alloc_peak;        /* sum over texts of the peak page bytes */
 	double tier[3];           /* sums over texts of K+V bytes per tier at the end */
+	double shared;            /* ... and of cross-layer shared slots */
 	uint64_t evicted, demoted, merged, pages_read, pages_skipped;
 	size_t n_texts;
 	double first_div, bleu, rouge;  /* sums over generations */
@@ -267,6 +302,8 @@ static struct tkv_engine_params row_params(const struct eval_opts *o, const stru
 	ep.kv.policy = r->policy;
 	ep.kv.seq_budget = budget;
 	ep.layer_plan = o->plans[r->plan];
+	ep.kv.share_cos = o->share_cos[r->share];
+	ep.kv.share_from = o->share_from[r->share];
 	return ep;
 }
 
@@ -281,6 +318,7 @@ static struct tkv_engine_params ref_params(const struct eval_opts *o)
 	ep.kv_type = TKV_KV_F16;
 	ep.kv_mem = 0;
 	ep.layer_plan.mode = TKV_PLAN_UNIFORM;
+	ep.kv.share_cos = 0.0f;
 	return ep;
 }
 
@@ -353,6 +391,7 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		row->alloc_peak += (double)q.alloc_peak;
 		for (int k = 0; k < 3; k++)
 			row->tier[k] += (double)q.end.tier_bytes[k];
+		row->shared += (double)q.end.shared_bytes;
 		row->evicted += q.end.evicted;
 		row->demoted += q.end.demoted;
 		row->merged += q.end.merged;
@@ -490,7 +529,7 @@ static int eval_copy(struct eval_ctx *x, const struct eval_text *texts, size_t n
 struct row_vals {
 	double kv_peak, ratio, ppl, ppl_full, dppl, kl, top1, first_div, bleu, rouge, copy_nll, copy_full;
 	double alloc_peak, frag;  /* mean peak page bytes; fragmentation at the ends of the texts (%) */
-	double tier[3];
+	double tier[3], shared;
 };
 
 static struct row_vals row_values(const struct eval_row *r)
@@ -514,6 +553,7 @@ static struct row_vals row_values(const struct eval_row *r)
 	v.copy_full = r->copy.n ? r->copy.nll_ref / (double)r->copy.n : NAN;
 	for (int k = 0; k < 3; k++)
 		v.tier[k] = r->n_texts ? r->tier[k] / nt : NAN;
+	v.shared = r->n_texts ? r->shared / nt : NAN;
 	return v;
 }
 
@@ -534,13 +574,13 @@ static const char *bytes(char *buf, size_t cap, double x)
 
 static void print_table(FILE *f, const struct eval_opts *o, const struct eval_row *rows, size_t n_rows, int copy)
 {
-	bool plans = o->n_plans > 1;
+	bool plans = o->n_plans > 1, shares = o->n_shares > 1;
 
-	fprintf(f, "| policy | budget |%s KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
-		"hot | warm | cold | evicted | demoted | merged | skipped | pages peak | frag %% |\n", plans ? " plan |" : "",
-		copy ? " copy NLL |" : "");
-	fprintf(f, "|---|---:|%s---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-		plans ? "---|" : "", copy ? "---:|" : "");
+	fprintf(f, "| policy | budget |%s%s KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
+		"hot | warm | cold |%s evicted | demoted | merged | skipped | pages peak | frag %% |\n", plans ? " plan |" : "",
+		shares ? " share |" : "", copy ? " copy NLL |" : "", shares ? " shared |" : "");
+	fprintf(f, "|---|---:|%s%s---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|%s---:|---:|---:|---:|---:|---:|\n",
+		plans ? "---|" : "", shares ? "---|" : "", copy ? "---:|" : "", shares ? "---:|" : "");
 	for (size_t i = 0; i < n_rows; i++) {
 		const struct eval_row *r = &rows[i];
 		struct row_vals v = row_values(r);
@@ -550,14 +590,19 @@ static void print_table(FILE *f, const struct eval_opts *o, const struct eval_ro
 			num(b[0], 32, "%g", r->budget));
 		if (plans)
 			fprintf(f, " %s |", o->plan_names[r->plan]);
+		if (shares)
+			fprintf(f, " %s |", o->share_names[r->share]);
 		fprintf(f, " %s | %s | %s | %s | %s | %s | %s | %s | %s |", bytes(b[1], 32, v.kv_peak),
 			num(b[2], 32, "%.3f", v.ratio), num(b[3], 32, "%.4f", v.ppl), num(b[4], 32, "%+.2f", v.dppl),
 			num(b[5], 32, "%.5f", v.kl), num(b[6], 32, "%.2f", v.top1), num(b[7], 32, "%.1f", v.first_div),
 			num(b[8], 32, "%.3f", v.bleu), num(b[9], 32, "%.3f", v.rouge));
 		if (copy)
 			fprintf(f, " %s |", num(b[10], 32, "%.3f", v.copy_nll));
-		fprintf(f, " %s | %s | %s | %llu | %llu | %llu | %llu | %s | %s |\n", bytes(b[11], 32, v.tier[0]),
-			bytes(b[12], 32, v.tier[1]), bytes(b[13], 32, v.tier[2]), (unsigned long long)r->evicted,
+		fprintf(f, " %s | %s | %s |", bytes(b[11], 32, v.tier[0]), bytes(b[12], 32, v.tier[1]),
+			bytes(b[13], 32, v.tier[2]));
+		if (shares)
+			fprintf(f, " %s |", bytes(b[16], 32, v.shared));
+		fprintf(f, " %llu | %llu | %llu | %llu | %s | %s |\n", (unsigned long long)r->evicted,
 			(unsigned long long)r->demoted, (unsigned long long)r->merged,
 			(unsigned long long)r->pages_skipped, bytes(b[14], 32, v.alloc_peak),
 			num(b[15], 32, "%.1f", v.frag));
@@ -587,7 +632,8 @@ static int write_json(const char *path, const struct eval_opts *o, const struct 
 
 		fprintf(f, "{\"policy\":\"%s\"", tkv_policy_name(r->policy));
 		jnum(f, "budget", r->budget);
-		fprintf(f, ",\"layer_plan\":\"%s\",\"plan_applied\":\"%s\"", o->plan_names[r->plan], r->plan_chosen);
+		fprintf(f, ",\"layer_plan\":\"%s\",\"plan_applied\":\"%s\",\"share\":\"%s\"", o->plan_names[r->plan],
+			r->plan_chosen, o->share_names[r->share]);
 		jnum(f, "failed", r->failed);
 		jnum(f, "texts", (double)r->n_texts);
 		jnum(f, "positions", (double)r->acc.n);
@@ -863,6 +909,19 @@ int cli_eval(int argc, char **argv)
 		if ((rc = cli_check_layer_plan("eval", &pe, &info)))
 			goto out;
 	}
+	if (o.n_shares == 0) {
+		o.share_cos[0] = o.ep.kv.share_cos;
+		o.share_from[0] = o.ep.kv.share_from;
+		snprintf(o.share_names[0], sizeof o.share_names[0], "%g:%u", o.ep.kv.share_cos, o.ep.kv.share_from);
+		o.n_shares = 1;
+	}
+	for (size_t i = 0; i < o.n_shares; i++)
+		if (o.share_cos[i] > 0.0f && o.share_from[i] >= info.n_layer) {
+			fprintf(stderr, "tierkv eval: --shares %s: the model has %u layers (0-%u)\n", o.share_names[i],
+				info.n_layer, info.n_layer - 1);
+			rc = CLI_USAGE;
+			goto out;
+		}
 	rc = CLI_ERR;
 	x.o = &o;
 	x.n_vocab = info.n_vocab;
@@ -871,7 +930,7 @@ int cli_eval(int argc, char **argv)
 	o.ep.n_ctx = x.n_ctx;
 	st = evr_init(&x.r, x.m, (size_t)o.prefill, x.n_ctx, NULL);
 	texts = calloc(o.n_files, sizeof *texts);
-	rows = calloc(1 + o.n_pol * o.n_bud * o.n_plans, sizeof *rows);
+	rows = calloc(o.n_shares * (1 + o.n_pol * o.n_bud * o.n_plans), sizeof *rows);
 	if (st || !texts || !rows) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
 		goto out;
@@ -881,16 +940,22 @@ int cli_eval(int argc, char **argv)
 			goto out;
 		n_tok += texts[i].n;
 	}
-	/* full once (it never evicts, so a cap changes nothing), then the rest */
-	rows[n_rows].policy = TKV_POLICY_FULL;
-	rows[n_rows++].budget = 1.0;
+	/* full once per sharing setting (it never evicts, so a cap changes
+	 * nothing), then the rest */
+	for (size_t c = 0; c < o.n_shares; c++) {
+		rows[n_rows].policy = TKV_POLICY_FULL;
+		rows[n_rows].share = c;
+		rows[n_rows++].budget = 1.0;
+	}
 	for (size_t p = 0; p < o.n_pol; p++)
 		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++)
-			for (size_t k = 0; k < o.n_plans; k++) {
-				rows[n_rows].policy = o.policies[p];
-				rows[n_rows].plan = k;
-				rows[n_rows++].budget = o.budgets[b];
-			}
+			for (size_t k = 0; k < o.n_plans; k++)
+				for (size_t c = 0; c < o.n_shares; c++) {
+					rows[n_rows].policy = o.policies[p];
+					rows[n_rows].plan = k;
+					rows[n_rows].share = c;
+					rows[n_rows++].budget = o.budgets[b];
+				}
 	fprintf(stderr, "tierkv eval: %s, %zu texts (%zu tokens), context %u, %zu runs per text, "
 		"prefill %ld, gen %ld%s\n", o.model, o.n_files, n_tok, x.n_ctx, n_rows, o.prefill, o.n_gen,
 		o.copy_test ? ", copy test" : "");

@@ -36,6 +36,33 @@ int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum 
 	return 0;
 }
 
+int cli_share_spec(struct cli_args *a, const char *opt, const char *v, size_t len, float *cos, uint32_t *from)
+{
+	char buf[64], *end;
+	double c;
+	unsigned long l = 0;
+
+	if (len >= sizeof buf)
+		return cli_usage_error(a, "%s: '%.*s' is too long", opt, (int)len, v);
+	memcpy(buf, v, len);
+	buf[len] = 0;
+	errno = 0;
+	c = strtod(buf, &end);
+	if (errno || end == buf || !(c >= 0 && c <= 1))
+		return cli_usage_error(a, "%s: '%s': the cosine must be a number in [0, 1]", opt, buf);
+	if (*end == ':') {
+		const char *ls = end + 1;
+
+		if (*ls < '0' || *ls > '9' || (l = strtoul(ls, &end, 10), errno) || l > 65535)
+			return cli_usage_error(a, "%s: '%s': the layer after ':' must be a number", opt, buf);
+	}
+	if (*end)
+		return cli_usage_error(a, "%s: '%s' is not COSINE or COSINE:LAYER", opt, buf);
+	*cos = (float)c;
+	*from = (uint32_t)l;
+	return 0;
+}
+
 int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n)
 {
 	const char *p = v;
@@ -84,6 +111,9 @@ void cli_kv_help(void)
 	       "      --kv-floor R       the governor never squeezes a sequence below R x its full\n"
 	       "                         f16 cache; past that the budget is reported full (0)\n"
 	       "      --kv-semantic X    tiered: weight of key-to-centroid similarity (0.1)\n"
+	       "      --kv-share C[:L]   cross-layer sharing: a token whose key and value have a cosine\n"
+	       "                         of at least C with the layer below's keeps one direction for\n"
+	       "                         both, from layer L up (default the upper half); off (0)\n"
 	       "      --kv-type T        full-precision storage: f16 or f32 (f16)\n"
 	       "      --kv-page N        token slots per KV page (16)\n"
 	       "      --kv-layer-plan P  page size and budget share per layer: uniform (default),\n"
@@ -203,6 +233,12 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else if (!strcmp(s, "--kv-floor")) {
 		if (!(rc = cli_float(a, s, 0, 1, &d)))
 			p->gov_floor = (float)d;
+	} else if (!strcmp(s, "--kv-share")) {
+		const char *v = cli_value(a, s);
+
+		if (!v)
+			return CLI_USAGE;
+		rc = cli_share_spec(a, s, v, strlen(v), &p->share_cos, &p->share_from);
 	} else if (!strcmp(s, "--kv-recency")) {
 		if (!(rc = cli_float(a, s, 0, 1000, &d)))
 			p->recency_weight = (float)d;
@@ -257,6 +293,9 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 	for (int t = 0; t < 3; t++)
 		fprintf(f, "tierkv:   %-4s %10zu slots  %s\n", tier[t], ks->tier_tokens[t],
 			cli_fmt_bytes(b1, sizeof b1, (double)ks->tier_bytes[t]));
+	if (ks->shared_tokens)
+		fprintf(f, "tierkv:   shared with the layer below %zu slots  %s\n", ks->shared_tokens,
+			cli_fmt_bytes(b1, sizeof b1, (double)ks->shared_bytes));
 	fprintf(f, "tierkv:   pages %zu, allocated %s, fragmentation %.1f%%, peak %s\n", ks->n_pages,
 		cli_fmt_bytes(b1, sizeof b1, (double)ks->allocated),
 		ks->allocated ? 100.0 * (double)(ks->allocated - ks->used) / (double)ks->allocated : 0.0,

@@ -112,6 +112,11 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 	if ((st = kv_cfg_init(&e->cfg, &p->kv, m->info.head_dim, m->info.n_head / m->info.n_kv_head, pp.fmt,
 			      pp.page_tokens, err)))
 		goto out_free;
+	if (p->kv.share_cos > 0.0f && p->kv.share_from >= m->info.n_layer) {
+		st = tkv_errf(err, TKV_ERR_ARG, "cross-layer sharing from layer %u: the model has %u layers (0-%u)",
+			      p->kv.share_from, m->info.n_layer, m->info.n_layer - 1);
+		goto out_free;
+	}
 	if ((st = kv_pool_init(&e->pool, &pp, e->alloc, err)))
 		goto out_free;
 	if (p->prefix_cache &&
@@ -159,8 +164,14 @@ static void seq_stats_add(const struct kv_seq *kv, struct tkv_kv_stats *out)
 		for (uint32_t p = 0; p < st->n_pages; p++) {
 			const struct kv_page *pg = st->pages[p];
 			enum kv_tier t = kv_fmt_tier(pg->fmt);
+			size_t b = kv_page_share(pg, pg->n_used);
 
-			out->tier_bytes[t] += (size_t)((unsigned __int128)pg->kv_bytes * pg->n_used / pg->cap);
+			if (pg->fmt == KV_FMT_REF) {
+				out->shared_bytes += b;
+				out->shared_tokens += pg->n_used;
+				continue;
+			}
+			out->tier_bytes[t] += b;
 			out->tier_tokens[t] += pg->n_used;
 		}
 		out->evicted += st->evicted;
@@ -273,6 +284,8 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 		return st;
 	}
 	s->budget = e->cfg.seq_budget;
+	s->kv->share_cos = e->cfg.share_cos;
+	s->kv->share_from = e->cfg.share_from ? e->cfg.share_from : (in->n_layer / 2 ? in->n_layer / 2 : 1);
 	if (e->params.layer_plan.mode == TKV_PLAN_FIXED) {
 		kv_plan_apply(s->kv, &e->params.layer_plan);
 	} else if (e->params.layer_plan.mode == TKV_PLAN_AUTO) {

@@ -180,6 +180,58 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 	}
 }
 
+/* Rows [j0, j0 + m) of a shared (KV_FMT_REF) page: alpha times the key
+ * (value) of the same position in the layer below, in model space; a row
+ * whose source is gone is zero and has its bit in *found clear. */
+static void ref_rows(const struct kv_page *pg, const struct kv_attn_args *a, uint32_t d, int value, uint32_t j0,
+		     uint32_t m, float *rows, uint32_t *found)
+{
+	*found = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		int32_t pos = pg->pos[j0 + i];
+		uint32_t e = a->below && pos >= 0 && pos < a->n_pos ? a->below_map[pos] : KV_NO_PAGE;
+		float *r = rows + (size_t)i * d;
+		uint16_t alpha = ((const uint16_t *)(value ? pg->v : pg->k))[j0 + i];
+		float x[1];
+
+		if (e == KV_NO_PAGE || (e >> 12) >= a->below->n_pages) {
+			memset(r, 0, d * sizeof *r);
+			continue;
+		}
+		if (value)
+			kv_page_load_v(a->below->pages[e >> 12], e & 4095u, r);
+		else
+			kv_page_load_k(a->below->pages[e >> 12], e & 4095u, r);
+		kv_tier_kernels()->f16_load(&alpha, x, 1);
+		for (uint32_t c = 0; c < d; c++)
+			r[c] *= x[0];
+		*found |= 1u << i;
+	}
+}
+
+/* score_page for a shared page: a slot whose source is gone is masked. */
+static void score_ref_page(const struct kv_page *pg, const struct kv_attn_args *a, uint32_t d, float *logit,
+			   uint32_t n, uint32_t off, float *max)
+{
+	float kbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+
+	for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
+		uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE, found;
+
+		ref_rows(pg, a, d, 0, j0, m, kbuf, &found);
+		for (uint32_t i = 0; i < m; i++) {
+			for (uint32_t h = 0; h < a->nq; h++) {
+				float *l = &logit[(size_t)h * n + off + j0 + i];
+
+				*l = !(found >> i & 1u) || pg->pos[j0 + i] > a->qpos ?
+					     -INFINITY : a->scale * dot(a->q + (size_t)h * d, kbuf + (size_t)i * d, d);
+				if (*l > max[h])
+					max[h] = *l;
+			}
+		}
+	}
+}
+
 /* Whether any of the nq heads gives rows [j0, j0 + m) a weight. */
 static int any_weight(const float *w, size_t stride, uint32_t nq, uint32_t j0, uint32_t m)
 {
@@ -236,6 +288,32 @@ static int accum_page(const struct kv_page *pg, uint32_t d, const float *w, size
 	return any;
 }
 
+/* accum_page for a shared page. */
+static int accum_ref_page(const struct kv_page *pg, const struct kv_attn_args *a, uint32_t d, const float *w,
+			  size_t n, float *o)
+{
+	float vbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	int any = 0;
+
+	for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
+		uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE, found;
+
+		if (!any_weight(w, n, a->nq, j0, m))
+			continue;
+		any = 1;
+		ref_rows(pg, a, d, 1, j0, m, vbuf, &found);
+		for (uint32_t h = 0; h < a->nq; h++)
+			for (uint32_t i = 0; i < m; i++) {
+				float wh = w[(size_t)h * n + j0 + i];
+
+				if (wh > 0.0f)
+					for (uint32_t c = 0; c < d; c++)
+						o[(size_t)h * d + c] += wh * vbuf[(size_t)i * d + c];
+			}
+	}
+	return any;
+}
+
 void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 {
 	uint32_t n = st->n_tokens, nq = a->nq, off;
@@ -260,7 +338,9 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
 
-		if (kv_fmt_tier(pg->fmt) != KV_TIER_COLD)
+		if (pg->fmt == KV_FMT_REF)
+			score_ref_page(pg, a, d, a->logit, n, off, max);
+		else if (kv_fmt_tier(pg->fmt) != KV_TIER_COLD)
 			score_page(pg, d, (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q, nq, a->qpos, a->scale,
 				   a->logit, n, off, max);
 		off += pg->n_used;
@@ -327,7 +407,8 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
 
-		if (accum_page(pg, d, a->logit + off, n, nq, (pg->flags & KV_PAGE_ROT) ? a->orot : a->out))
+		if (pg->fmt == KV_FMT_REF ? accum_ref_page(pg, a, d, a->logit + off, n, a->out) :
+		    accum_page(pg, d, a->logit + off, n, nq, (pg->flags & KV_PAGE_ROT) ? a->orot : a->out))
 			st->pages_read++;
 		off += pg->n_used;
 	}

@@ -123,6 +123,10 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 		return tkv_errf(err, TKV_ERR_ARG, "--kv-rotate needs a power-of-two head size (have %u)", head_dim);
 	if (group == 0 || group > 64)
 		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%u query heads per KV head (at most 64)", group);
+	if (!(p->share_cos >= 0 && p->share_cos <= 1))
+		return tkv_errf(err, TKV_ERR_ARG, "KV cross-layer sharing cosine %g: must be in [0, 1]", p->share_cos);
+	c->share_cos = p->share_cos;
+	c->share_from = p->share_from;
 
 	c->policy = p->policy;
 	c->n_sink = p->n_sink;
@@ -377,6 +381,8 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 {
 	float age = (float)(s->n_pos - pg->pos[j]);
 	float kbuf[512];
+	/* a shared slot's direction is in the layer below: neutral similarity */
+	bool sem = pg->fmt != KV_FMT_REF;
 
 	if (age < 1.0f)
 		age = 1.0f;
@@ -389,6 +395,8 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 	case KV_PRIO_MEAN:
 		return pg->score[j] / age;
 	case KV_PRIO_SEMANTIC:
+		if (!sem)
+			return 0.0f;
 		kv_page_load_k(pg, j, kbuf);
 		return cosine(kbuf, st->centroid, s->head_dim);
 	case KV_PRIO_MEAN_SEM: {
@@ -397,7 +405,7 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 		float att = pg->score[j] / age * (float)st->n_tokens / (float)c->group;
 		float rec = s->n_pos > 0 ? (float)pg->pos[j] / (float)s->n_pos : 0.0f;
 
-		if (c->semantic_weight != 0.0f) {
+		if (c->semantic_weight != 0.0f && sem) {
 			kv_page_load_k(pg, j, kbuf);
 			att *= 1.0f + c->semantic_weight * cosine(kbuf, st->centroid, s->head_dim);
 		}
@@ -501,6 +509,8 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 	struct kv_page *pe = st->pages[e->page], *pk;
 	float we, wk, a, b;
 
+	if (pe->fmt == KV_FMT_REF) /* its direction is in the layer below */
+		return;
 	kv_page_load_k(pe, e->slot, ke);
 	while (lo < hi) {
 		uint32_t mid = (lo + hi) / 2;
@@ -519,6 +529,8 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 			if (i < 0 || i >= (int64_t)n_by_pos)
 				continue;
 			k = by_pos[i];
+			if (st->pages[k->page]->fmt == KV_FMT_REF)
+				continue;
 			kv_page_load_k(st->pages[k->page], k->slot, kb);
 			sim = cosine(ke, kb, d);
 			if (sim > best_sim) {

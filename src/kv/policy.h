@@ -57,6 +57,8 @@ struct kv_cfg {
 	float skip;                       /* cold-page skip margin in logits, 0 = off */
 	float decay, threshold, semantic_weight, recency_weight;
 	size_t seq_budget;                /* default per-sequence K+V budget */
+	float share_cos;                  /* cross-layer sharing (seq.h); 0 = off */
+	uint32_t share_from;              /* its first layer; 0 = the upper half */
 };
 
 /* Resolves public params for a model's head_dim and group size. TKV_ERR_ARG

@@ -67,9 +67,9 @@ struct kv_pool_stats {
 	size_t peak_allocated;    /* high-water mark of allocated */
 	size_t n_pages;           /* live pages */
 	size_t kv_bytes;          /* filled share of the K and V regions */
-	size_t fmt_bytes[KV_FMT_COUNT];    /* allocated bytes per format */
-	size_t fmt_kv_bytes[KV_FMT_COUNT]; /* filled K+V bytes per format */
-	size_t fmt_slots[KV_FMT_COUNT];    /* filled slots per format */
+	size_t fmt_bytes[KV_FMT_ALL];      /* allocated bytes per format */
+	size_t fmt_kv_bytes[KV_FMT_ALL];   /* filled K+V bytes per format */
+	size_t fmt_slots[KV_FMT_ALL];      /* filled slots per format */
 	uint64_t pages_allocated; /* pages handed out so far */
 	uint64_t pages_refused;   /* requests refused by the budget */
 	/* compaction (kv_stream_compact): its cost so far */

@@ -1,6 +1,7 @@
 /* seq.c - per-sequence page streams: growth, appends and page bookkeeping. */
 #include "kv/seq.h"
 
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,6 +34,7 @@ int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uin
 	for (size_t i = 0; i < n; i++) {
 		s->streams[i].centroid = s->streams[0].centroid + i * head_dim;
 		s->streams[i].tail = KV_NO_PAGE;
+		s->streams[i].ref_tail = KV_NO_PAGE;
 		s->streams[i].page_tokens = kv_pool_page_tokens(pool);
 		s->streams[i].low_cap = kv_low_cap(kv_pool_page_tokens(pool), false);
 	}
@@ -67,6 +69,7 @@ void kv_seq_clear(struct kv_seq *s)
 		st->n_tokens = 0;
 		st->hot_free = 0;
 		st->tail = KV_NO_PAGE;
+		st->ref_tail = KV_NO_PAGE;
 		st->kv_bytes = 0;
 		st->n_seen = 0;
 		st->ent_sum = 0;
@@ -441,7 +444,7 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 	size_t before = stream_page_bytes(st), after;
 	int rc = TKV_OK;
 
-	for (uint32_t fmt = 0; fmt < KV_FMT_COUNT; fmt++) {
+	for (uint32_t fmt = 0; fmt < KV_FMT_ALL; fmt++) {
 		for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
 			bool any = false;
 			int r;
@@ -637,6 +640,86 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 		st->centroid[i] += (k[i] - st->centroid[i]) * inv;
 }
 
+/* alpha = x . b / |b|^2 when cos(x, b) >= min_cos; NAN otherwise. */
+static float share_scale(const float *x, const float *b, uint32_t d, float min_cos)
+{
+	double xb = 0.0, xx = 0.0, bb = 0.0, a;
+
+	for (uint32_t i = 0; i < d; i++) {
+		xb += (double)x[i] * b[i];
+		xx += (double)x[i] * x[i];
+		bb += (double)b[i] * b[i];
+	}
+	if (!(xx > 0.0 && bb > 0.0) || xb < (double)min_cos * sqrt(xx * bb))
+		return NAN;
+	a = xb / bb;
+	return fabs(a) < 65504.0 ? (float)a : NAN;
+}
+
+/* A shared-slot page of st with room, taking a new one when none has;
+ * NULL when the pool refuses. */
+static struct kv_page *ref_page(struct kv_seq *s, struct kv_stream *st)
+{
+	struct kv_page *pg;
+	int why;
+
+	if (st->ref_tail < st->n_pages) {
+		pg = st->pages[st->ref_tail];
+		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN))
+			return pg;
+	}
+	for (uint32_t i = 0; i < st->n_pages; i++) {
+		pg = st->pages[i];
+		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN)) {
+			st->ref_tail = i;
+			return pg;
+		}
+	}
+	if (!(pg = kv_pool_get(s->pool, s->head_dim, KV_FMT_REF, st->low_cap, &why)))
+		return NULL;
+	if (kv_stream_add_page(s, st, pg)) {
+		kv_pool_put(s->pool, pg);
+		return NULL;
+	}
+	st->ref_tail = st->n_pages - 1;
+	return pg;
+}
+
+bool kv_seq_append_shared(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos, const float *k,
+			  const float *v, const float *k_below, const float *v_below)
+{
+	struct kv_stream *st = kv_seq_stream(s, layer, head);
+	struct kv_page *pg;
+	float ak, av, inv;
+
+	if (!(s->share_cos > 0.0f && layer >= s->share_from && layer > 0 && k_below && v_below) ||
+	    isnan(ak = share_scale(k, k_below, s->head_dim, s->share_cos)) ||
+	    isnan(av = share_scale(v, v_below, s->head_dim, s->share_cos)) || !(pg = ref_page(s, st))) {
+		kv_seq_append(s, layer, head, pos, k, v);
+		return false;
+	}
+	kv_page_store(pg, pg->n_used, pos, &ak, &av);
+	kv_stream_set_used(s, st, pg, pg->n_used + 1);
+	st->n_seen++;
+	inv = 1.0f / (float)st->n_seen;
+	for (uint32_t i = 0; i < s->head_dim; i++)
+		st->centroid[i] += (k[i] - st->centroid[i]) * inv;
+	return true;
+}
+
+void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos)
+{
+	for (int32_t i = 0; i < n_pos; i++)
+		map[i] = KV_NO_PAGE;
+	for (uint32_t p = 0; p < src->n_pages; p++) {
+		const struct kv_page *pg = src->pages[p];
+
+		for (uint32_t j = 0; j < pg->n_used; j++)
+			if (pg->pos[j] >= 0 && pg->pos[j] < n_pos)
+				map[pg->pos[j]] = p << 12 | j;
+	}
+}
+
 /* A private copy of page src: same shape, format, flags (but not frozen) and
  * fill; NULL with *why set when the pool refuses. */
 static struct kv_page *page_copy(struct kv_pool *p, const struct kv_page *src, int *why)
@@ -694,6 +777,8 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 	memcpy(s->layer_weight, src->layer_weight, src->n_layer * sizeof *s->layer_weight);
 	s->plan_set = src->plan_set;
 	s->measure_entropy = src->measure_entropy;
+	s->share_cos = src->share_cos;
+	s->share_from = src->share_from;
 	s->n_pos = src->n_pos;
 	*out = s;
 	return TKV_OK;

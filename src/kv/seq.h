@@ -31,6 +31,7 @@ struct kv_stream {
 	size_t budget;           /* K+V bytes this stream may hold; 0 = none */
 	uint32_t page_tokens;    /* slots of its full-size full-precision pages (the layer plan) */
 	uint32_t low_cap;        /* slots of its full-size warm and cold pages */
+	uint32_t ref_tail;       /* a shared-slot (KV_FMT_REF) page that may have room, or KV_NO_PAGE */
 	uint32_t n_small;        /* private pages under full size (since the last compaction, */
 	uint32_t small_slots;    /* ... counted as they come) and their slots */
 	float *centroid;         /* (head_dim) mean of every key appended so far */
@@ -52,6 +53,9 @@ struct kv_seq {
 	bool measure_entropy;        /* streams accumulate attention entropy (ent_sum) */
 	bool plan_set;               /* a layer plan other than the pool's uniform pages */
 	int32_t n_pos;               /* position of the next token */
+	/* cross-layer sharing (kv_seq_append_shared): off when share_cos is 0 */
+	float share_cos;             /* least cosine of key and of value to the layer below */
+	uint32_t share_from;         /* first layer that may share with the one below (>= 1) */
 };
 
 /* Warm and cold pages of a layer whose full-precision pages hold P slots:
@@ -110,6 +114,25 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err);
 void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 		   const float *k, const float *v);
 
+/* Cross-layer sharing (MiniCache-style, off unless s->share_cos > 0): a
+ * token of layer l >= share_from whose key and value both have a cosine of
+ * at least share_cos with its key and value in layer l - 1 (k_below,
+ * v_below: NULL when layer l - 1 did not store them in full) is stored as a
+ * KV_FMT_REF slot: the least-squares scales alpha = x . x_below / |x_below|^2
+ * of key and value, 4 bytes instead of a row each. Attention reads the
+ * direction from the slot of the same position in layer l - 1 (whatever its
+ * tier by then), so the two layers keep one direction and their own
+ * magnitudes; a shared slot whose source was evicted is masked (the layer
+ * below's eviction takes it along). Shared slots are never a source, so
+ * sharing does not chain. Otherwise (or when no page for the slot can be
+ * had) this is kv_seq_append. Returns whether the slot was stored shared. */
+bool kv_seq_append_shared(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos, const float *k,
+			  const float *v, const float *k_below, const float *v_below);
+/* Where each position of stream src lives: map[pos] = page << 12 | slot for
+ * its slots (caps are at most 4096), KV_NO_PAGE for positions it does not
+ * hold; map has n_pos entries. */
+void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos);
+
 /* Page bookkeeping for the policy, keeping n_tokens, hot_free, tail and
  * kv_bytes exact: */
 /* Adds a page (empty or filled) to a stream; TKV_ERR_NOMEM if the page array
@@ -158,6 +181,10 @@ struct kv_attn_args {
 	float scale;        /* 1/sqrt(d) */
 	float skip;         /* skip a cold page whose score bound is below the running
 			     * max minus skip for every head; 0 = never skip */
+	const struct kv_stream *below; /* shared (KV_FMT_REF) slots: the stream of the layer
+				   * below, where their directions are */
+	const uint32_t *below_map;     /* kv_stream_pos_map of below, n_pos entries */
+	int32_t n_pos;
 	float *logit;       /* scratch: nq * n_tokens floats */
 	float *qrot;        /* scratch: nq * d floats */
 	float *orot;        /* scratch: nq * d floats */

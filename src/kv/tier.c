@@ -29,19 +29,20 @@ struct fmt_traits {
 	bool packed;      /* K parameters span the page */
 };
 
-static const struct fmt_traits traits[KV_FMT_COUNT] = {
+static const struct fmt_traits traits[KV_FMT_ALL] = {
 	[KV_FMT_F32] = { "f32", KV_TIER_HOT, 32, false },
 	[KV_FMT_F16] = { "f16", KV_TIER_HOT, 16, false },
 	[KV_FMT_Q8] = { "q8", KV_TIER_WARM, 8, false },
 	[KV_FMT_Q4] = { "q4", KV_TIER_COLD, 4, true },
 	[KV_FMT_Q2] = { "q2", KV_TIER_COLD, 2, true },
+	[KV_FMT_REF] = { "ref", KV_TIER_HOT, 0, false },
 };
 
 /* ---- names and sizes ------------------------------------------------------ */
 
 const char *kv_fmt_name(uint32_t fmt)
 {
-	return fmt < KV_FMT_COUNT ? traits[fmt].name : "?";
+	return fmt < KV_FMT_ALL ? traits[fmt].name : "?";
 }
 
 int kv_fmt_parse(const char *s)
@@ -56,7 +57,7 @@ int kv_fmt_parse(const char *s)
 
 enum kv_tier kv_fmt_tier(uint32_t fmt)
 {
-	return fmt < KV_FMT_COUNT ? traits[fmt].tier : KV_TIER_COLD;
+	return fmt < KV_FMT_ALL ? traits[fmt].tier : KV_TIER_COLD;
 }
 
 const char *kv_tier_name(enum kv_tier t)
@@ -111,6 +112,8 @@ size_t kv_tier_k_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
 	case KV_FMT_Q4:
 	case KV_FMT_Q2:
 		return 4 * (size_t)d + (size_t)cap * row_bytes(fmt, d);
+	case KV_FMT_REF:
+		return 2 * (size_t)cap;
 	}
 	return 0;
 }
@@ -479,6 +482,9 @@ static void store_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_
 	case KV_FMT_Q2:
 		store_v_asym(fmt, reg, cap, d, slot, x);
 		break;
+	case KV_FMT_REF:
+		kv_tier_kernels()->f16_store(x, (uint16_t *)reg + slot, 1);
+		break;
 	}
 }
 
@@ -516,7 +522,10 @@ static void load_v_asym(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d,
 /* Loads one row of a per-slot layout. */
 static void load_row(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, uint32_t slot, float *x)
 {
-	if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
+	if (fmt == KV_FMT_REF) {
+		memset(x, 0, d * sizeof *x);
+		x[0] = h2f1(((const uint16_t *)reg)[slot]);
+	} else if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
 		load_v_asym(fmt, reg, cap, d, slot, x);
 	else
 		load_row_part(fmt, reg, cap, d, slot, 0, d, x);
@@ -547,6 +556,9 @@ static void move_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t
 		memmove(b + dst * rb, b + src * rb, rb);
 		break;
 	}
+	case KV_FMT_REF:
+		memmove(b + 2 * (size_t)dst, b + 2 * (size_t)src, 2);
+		break;
 	}
 }
 
@@ -688,6 +700,13 @@ void kv_tier_key_bounds(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d
 
 			kmin[c] = m;
 			kmax[c] = nextafterf(m + s * L, INFINITY);
+		}
+		return;
+	}
+	if (fmt == KV_FMT_REF) { /* directions live in the layer below */
+		for (uint32_t c = 0; c < d; c++) {
+			kmin[c] = n ? -INFINITY : INFINITY;
+			kmax[c] = n ? INFINITY : -INFINITY;
 		}
 		return;
 	}

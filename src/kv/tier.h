@@ -46,7 +46,7 @@
  *
  * All functions take the page's K and V regions (at least 2-byte aligned; the
  * pool gives 64) and trust their caller (the cache) for sizes and indices:
- * fmt < KV_FMT_COUNT, kv_fmt_ok(fmt, d), slots < cap. Nothing allocates;
+ * fmt < KV_FMT_ALL, kv_fmt_ok(fmt, d) or fmt == KV_FMT_REF, slots < cap. Nothing allocates;
  * regions and float rows are borrowed for the call. Thread safety: calls on
  * different pages may run concurrently (the only shared state is the table of
  * row kernels, chosen once by CPU feature at first use; see tier_impl.h). */
@@ -63,12 +63,20 @@ enum kv_fmt {
 	KV_FMT_Q8 = 2,   /* 1 byte per element + 2 per slot */
 	KV_FMT_Q4 = 3,   /* 1/2 byte per element + parameters */
 	KV_FMT_Q2 = 4,   /* 1/4 byte per element + parameters */
-	KV_FMT_COUNT
+	KV_FMT_COUNT,    /* the formats a tier can use */
+	/* Cross-layer sharing (seq.h): a slot whose key and value are nearly
+	 * parallel to the same token's in the layer below stores only their
+	 * scales against it, f16 alpha_k[cap] in the K region and alpha_v[cap]
+	 * in the V region; attention reads the direction in the layer below.
+	 * Through the row functions a slot reads as (alpha, 0, ..., 0) and
+	 * stores x[0], so moves and copies keep it exact. Never a tier. */
+	KV_FMT_REF = KV_FMT_COUNT,
+	KV_FMT_ALL       /* every page format */
 };
 
 enum kv_tier { KV_TIER_HOT = 0, KV_TIER_WARM = 1, KV_TIER_COLD = 2, KV_TIER_COUNT };
 
-/* Static names: "f32", "f16", "q8", "q4", "q2" ("?" when unknown). */
+/* Static names: "f32", "f16", "q8", "q4", "q2", "ref" ("?" when unknown). */
 const char *kv_fmt_name(uint32_t fmt);
 /* "f16" -> KV_FMT_F16 ...; -1 when unknown or NULL. */
 int kv_fmt_parse(const char *s);
@@ -76,8 +84,9 @@ int kv_fmt_parse(const char *s);
 enum kv_tier kv_fmt_tier(uint32_t fmt);
 /* "hot", "warm", "cold" ("?" when unknown). */
 const char *kv_tier_name(enum kv_tier t);
-/* Whether fmt can store head_dim d: d > 0, q2 needs d % 4 == 0, the others
- * d % 2 == 0. Rotated pages also need kv_rot_ok(d). */
+/* Whether tier format fmt (< KV_FMT_COUNT) can store head_dim d: d > 0, q2
+ * needs d % 4 == 0, the others d % 2 == 0. Rotated pages also need
+ * kv_rot_ok(d). */
 bool kv_fmt_ok(uint32_t fmt, uint32_t d);
 /* Whether kv_rotate can take d: a power of two. */
 bool kv_rot_ok(uint32_t d);

@@ -443,6 +443,10 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 		s->att = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof(float));
 		s->rot = tkv_malloc(a, (size_t)n_threads * 2 * group * in->head_dim * sizeof(float));
 		s->rows = tkv_malloc(a, B * sizeof *s->rows);
+		s->kb = tkv_malloc(a, B * kvd * sizeof(float));
+		s->vb = tkv_malloc(a, B * kvd * sizeof(float));
+		s->shared = tkv_malloc(a, B * in->n_kv_head);
+		s->below_map = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof *s->below_map);
 	}
 	{
 		size_t widest = in->dim > in->n_ff ? in->dim : in->n_ff;
@@ -453,7 +457,8 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 		s->work = tkv_malloc(a, s->work_size);
 	}
 	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu ||
-	    !s->logit || !s->att || !s->rot || !s->rows || !s->work) {
+	    !s->logit || !s->att || !s->rot || !s->rows || !s->kb || !s->vb || !s->shared || !s->below_map ||
+	    !s->work) {
 		llama_scratch_free(s, a);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for activations (batch %u)", n_batch);
 	}
@@ -475,6 +480,10 @@ void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a)
 	tkv_free(a, s->att);
 	tkv_free(a, s->rot);
 	tkv_free(a, s->rows);
+	tkv_free(a, s->kb);
+	tkv_free(a, s->vb);
+	tkv_free(a, s->shared);
+	tkv_free(a, s->below_map);
 	tkv_free(a, s->work);
 	memset(s, 0, sizeof *s);
 }
@@ -514,6 +523,19 @@ static void attn_worker(void *ctx, int ith, int nth)
 		/* snapkv votes with the last queries of a prompt chunk; others with all */
 		uint32_t observe_from = cfg->policy == TKV_POLICY_SNAPKV && sg->n > cfg->obs_window ?
 					sg->n - cfg->obs_window : 0;
+
+		/* shared slots read their directions in the layer below */
+		a.below = NULL;
+		for (uint32_t p = 0; j->layer > 0 && sg->seq->share_cos > 0.0f && p < st->n_pages && !a.below; p++)
+			if (st->pages[p]->fmt == KV_FMT_REF) {
+				uint32_t *map = j->s->below_map + (size_t)ith * j->s->n_ctx;
+				int32_t end = sg->pos0 + (int32_t)sg->n;
+
+				a.below = kv_seq_stream(sg->seq, j->layer - 1, g);
+				a.n_pos = end < (int32_t)j->s->n_ctx ? end : (int32_t)j->s->n_ctx;
+				kv_stream_pos_map(a.below, map, a.n_pos);
+				a.below_map = map;
+			}
 
 		for (uint32_t i = 0; i < sg->n; i++) {
 			size_t row = sg->row0 + i;
@@ -571,9 +593,21 @@ void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tp
 
 				ops_rope(s->q + r * qd, (int)in->n_head, (int)hd, (int)in->n_rot, (float)pos, m->inv_freq);
 				ops_rope(s->k + r * kvd, (int)in->n_kv_head, (int)hd, (int)in->n_rot, (float)pos, m->inv_freq);
-				for (uint32_t h = 0; h < in->n_kv_head; h++)
-					kv_seq_append(sg->seq, l, h, pos, s->k + r * kvd + (size_t)h * hd,
-						      s->v + r * kvd + (size_t)h * hd);
+				for (uint32_t h = 0; h < in->n_kv_head; h++) {
+					float *k = s->k + r * kvd + (size_t)h * hd, *v = s->v + r * kvd + (size_t)h * hd;
+					float *kb = s->kb + r * kvd + (size_t)h * hd, *vb = s->vb + r * kvd + (size_t)h * hd;
+					uint8_t *shared = &s->shared[r * in->n_kv_head + h];
+
+					if (sg->seq->share_cos <= 0.0f) {
+						kv_seq_append(sg->seq, l, h, pos, k, v);
+						continue;
+					}
+					/* a shared slot is never a source: no chains */
+					*shared = kv_seq_append_shared(sg->seq, l, h, pos, k, v, l && !*shared ? kb : NULL,
+								       l && !*shared ? vb : NULL);
+					memcpy(kb, k, hd * sizeof *kb);
+					memcpy(vb, v, hd * sizeof *vb);
+				}
 			}
 		}
 		/* small attention work runs on the caller: a wake-up costs more */

@@ -59,6 +59,10 @@ struct llama_scratch {
 	float *att;     /* (n_threads, n_ctx) attention per slot summed over a group */
 	float *rot;     /* (n_threads, 2, group, head_dim) rotated query / output */
 	uint32_t *rows; /* (n_batch) rows whose logits are wanted */
+	/* cross-layer sharing (kv_seq_append_shared) */
+	float *kb, *vb;       /* (n_batch, n_kv_head*head_dim) the layer below's keys and values */
+	uint8_t *shared;      /* (n_batch, n_kv_head) whether the layer below stored them shared */
+	uint32_t *below_map;  /* (n_threads, n_ctx) kv_stream_pos_map of the layer below */
 	void *work;     /* matmul workspace: n_batch quantized activation rows and
 			 * one weight panel per thread (ops_matmul_work_size) */
 	size_t work_size;

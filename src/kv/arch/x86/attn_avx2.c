@@ -70,26 +70,28 @@ static void score_f32(const float *k, uint32_t n, uint32_t d, const float *q, ui
 }
 
 /* out_h += Σ_j w[h*stride + j] v_j over rows j < n of f32 values (row stride
- * d), 64 channels at a time in registers; heads whose weights are all zero
- * are skipped. */
+ * d), 64 channels at a time in eight named registers (an array indexed by a
+ * run-time count would live on the stack, each multiply-add waiting on a
+ * store), then 8 at a time; heads whose weights are all zero are skipped. */
 static void accum_f32(const float *v, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
 		      float *out)
 {
 	for (uint32_t h = 0; h < nq; h++) {
 		const float *wh = w + (size_t)h * stride;
 		float *o = out + (size_t)h * d;
+		uint32_t c0 = 0;
 		int any = 0;
 
 		for (uint32_t j = 0; j < n; j++)
 			any |= wh[j] > 0.0f;
 		if (!any)
 			continue;
-		for (uint32_t c0 = 0; c0 < d; c0 += 64) {
-			uint32_t nc = d - c0 < 64 ? (d - c0) / 8 : 8;
-			__m256 a[8];
+		for (; c0 + 64 <= d; c0 += 64) {
+			__m256 a0 = _mm256_loadu_ps(o + c0), a1 = _mm256_loadu_ps(o + c0 + 8);
+			__m256 a2 = _mm256_loadu_ps(o + c0 + 16), a3 = _mm256_loadu_ps(o + c0 + 24);
+			__m256 a4 = _mm256_loadu_ps(o + c0 + 32), a5 = _mm256_loadu_ps(o + c0 + 40);
+			__m256 a6 = _mm256_loadu_ps(o + c0 + 48), a7 = _mm256_loadu_ps(o + c0 + 56);
 
-			for (uint32_t i = 0; i < nc; i++)
-				a[i] = _mm256_loadu_ps(o + c0 + 8 * i);
 			for (uint32_t j = 0; j < n; j++) {
 				const float *r = v + (size_t)j * d + c0;
 				__m256 ww;
@@ -97,11 +99,31 @@ static void accum_f32(const float *v, uint32_t n, uint32_t d, const float *w, si
 				if (!(wh[j] > 0.0f))
 					continue;
 				ww = _mm256_set1_ps(wh[j]);
-				for (uint32_t i = 0; i < nc; i++)
-					a[i] = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 8 * i), a[i]);
+				a0 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r), a0);
+				a1 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 8), a1);
+				a2 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 16), a2);
+				a3 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 24), a3);
+				a4 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 32), a4);
+				a5 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 40), a5);
+				a6 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 48), a6);
+				a7 = _mm256_fmadd_ps(ww, _mm256_loadu_ps(r + 56), a7);
 			}
-			for (uint32_t i = 0; i < nc; i++)
-				_mm256_storeu_ps(o + c0 + 8 * i, a[i]);
+			_mm256_storeu_ps(o + c0, a0);
+			_mm256_storeu_ps(o + c0 + 8, a1);
+			_mm256_storeu_ps(o + c0 + 16, a2);
+			_mm256_storeu_ps(o + c0 + 24, a3);
+			_mm256_storeu_ps(o + c0 + 32, a4);
+			_mm256_storeu_ps(o + c0 + 40, a5);
+			_mm256_storeu_ps(o + c0 + 48, a6);
+			_mm256_storeu_ps(o + c0 + 56, a7);
+		}
+		for (; c0 < d; c0 += 8) {
+			__m256 a = _mm256_loadu_ps(o + c0);
+
+			for (uint32_t j = 0; j < n; j++)
+				if (wh[j] > 0.0f)
+					a = _mm256_fmadd_ps(_mm256_set1_ps(wh[j]), _mm256_loadu_ps(v + (size_t)j * d + c0), a);
+			_mm256_storeu_ps(o + c0, a);
 		}
 	}
 }
