@@ -74,8 +74,9 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 /* Prints a sequence's layer plan (nothing for a uniform one). */
 struct tkv_kv_layer_plan;
 void cli_print_layer_plan(FILE *f, const struct tkv_kv_layer_plan *p);
-/* A fixed --kv-layer-plan must list one entry per layer of the model: else a
- * message and CLI_USAGE. */
+/* Options checked against the model: a fixed --kv-layer-plan must list one
+ * entry per layer, --kv-share must start at one of its layers; else a message
+ * and CLI_USAGE. */
 struct tkv_model_info;
 int cli_check_layer_plan(const char *cmd, const struct tkv_engine_params *ep, const struct tkv_model_info *info);
 

@@ -340,5 +340,10 @@ int cli_check_layer_plan(const char *cmd, const struct tkv_engine_params *ep, co
 			cmd, ep->layer_plan.n_layer, info->n_layer);
 		return CLI_USAGE;
 	}
+	if (ep->kv.share_cos > 0.0f && ep->kv.share_from >= info->n_layer) {
+		fprintf(stderr, "tierkv %s: --kv-share from layer %u: the model has %u layers (0-%u)\n", cmd,
+			ep->kv.share_from, info->n_layer, info->n_layer - 1);
+		return CLI_USAGE;
+	}
 	return 0;
 }
