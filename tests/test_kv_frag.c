@@ -44,22 +44,6 @@
 #define FRAG_MAX 0.05
 #define WARMUP_STEPS 100   /* before this the pool holds a few short sequences */
 
-static uint64_t rng_state = 0x5eed1234ull;
-
-static uint32_t rng_u32(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-
-static float rng_f(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((double)rng_u32() / 4294967296.0);
-}
-
 static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
 {
 	return (size_t)((unsigned __int128)bytes * n_used / cap);
@@ -126,8 +110,8 @@ static void append(struct kv_seq *s, uint32_t n)
 	for (uint32_t t = 0; t < n; t++) {
 		for (uint32_t l = 0; l < s->n_layer; l++)
 			for (uint32_t h = 0; h < s->n_kv_head; h++) {
-				uint32_t r = rng_u32();
-				float a = rng_f(0.5f, 2.0f);
+				uint32_t r = tu_rng_u32();
+				float a = tu_rng_f(0.5f, 2.0f);
 
 				for (uint32_t c = 0; c < HD; c++) {
 					k[c] = a * (float)((int)((r >> (c % 29)) & 7) - 3) + 0.01f * (float)c;
@@ -144,7 +128,7 @@ static void append(struct kv_seq *s, uint32_t n)
  * the adaptive split. */
 static void attend(const struct kv_cfg *c, struct kv_seq *s, float *att)
 {
-	uint32_t salt = rng_u32();
+	uint32_t salt = tu_rng_u32();
 
 	for (uint32_t k = 0; k < s->n_layer * s->n_kv_head; k++) {
 		struct kv_stream *st = &s->streams[k];
@@ -219,14 +203,14 @@ static void test_frag_1000_sequences(void **state)
 		double frag;
 
 		/* start sequences up to MAX_LIVE (random count live, at least one) */
-		while (started < N_SEQS && (n_live == 0 || (n_live < MAX_LIVE && rng_u32() % 4 == 0))) {
+		while (started < N_SEQS && (n_live == 0 || (n_live < MAX_LIVE && tu_rng_u32() % 4 == 0))) {
 			l = &lv[n_live++];
-			l->c = &cfgs[rng_u32() % (sizeof pols / sizeof pols[0])];
-			l->len = 1 + rng_u32() % MAX_LEN;
-			l->budget = (size_t)(fracs[rng_u32() % (sizeof fracs / sizeof fracs[0])] * l->len * bpt);
+			l->c = &cfgs[tu_rng_u32() % (sizeof pols / sizeof pols[0])];
+			l->len = 1 + tu_rng_u32() % MAX_LEN;
+			l->budget = (size_t)(fracs[tu_rng_u32() % (sizeof fracs / sizeof fracs[0])] * l->len * bpt);
 			assert_int_equal(kv_seq_init(&l->s, pool, N_LAYER, N_KV_HEAD, HD, &a, &err), TKV_OK);
 			{
-				const uint32_t *plan = plans[rng_u32() % (sizeof plans / sizeof plans[0])];
+				const uint32_t *plan = plans[tu_rng_u32() % (sizeof plans / sizeof plans[0])];
 
 				if (plan[0] != P || plan[1] != P)
 					for (uint32_t ly = 0; ly < N_LAYER; ly++)
@@ -235,8 +219,8 @@ static void test_frag_1000_sequences(void **state)
 			started++;
 		}
 		/* one step of one live sequence */
-		l = &lv[rng_u32() % (uint32_t)n_live];
-		n = l->s->n_pos == 0 ? 1 + rng_u32() % 64 : 1;
+		l = &lv[tu_rng_u32() % (uint32_t)n_live];
+		n = l->s->n_pos == 0 ? 1 + tu_rng_u32() % 64 : 1;
 		if (n > l->len - (uint32_t)l->s->n_pos)
 			n = l->len - (uint32_t)l->s->n_pos;
 		append(l->s, n);

@@ -42,34 +42,6 @@
 
 /* ---- random numbers ---------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s)
-{
-	rng_state = s;
-}
-
-static uint32_t rng_u32(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-
-static float rng_f(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((double)rng_u32() / 4294967296.0);
-}
-
-static float rng_gauss(void)
-{
-	double u = ((double)rng_u32() + 1.0) / 4294967297.0, v = (double)rng_u32() / 4294967296.0;
-
-	return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-
 /* ---- accounting recomputed from the pages --------------------------------------- */
 
 static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
@@ -214,19 +186,19 @@ static void h_init(struct harness *h, const struct tkv_kv_policy_params *p, uint
 		fail_msg("kv_cfg_init: %s", err.msg);
 	assert_int_equal(kv_pool_init(&h->pool, &pp, &h->alloc, &err), TKV_OK);
 	assert_int_equal(kv_seq_init(&h->s, h->pool, 1, n_streams, d, &h->alloc, &err), TKV_OK);
-	rng_seed(seed);
+	tu_rng_seed(seed);
 	for (uint32_t i = 0; i < n_streams; i++) {
 		double n2 = 0.0;
 
 		for (uint32_t c = 0; c < d; c++) {
-			h->dir[i][c] = rng_gauss();
+			h->dir[i][c] = tu_rng_gauss();
 			n2 += (double)h->dir[i][c] * h->dir[i][c];
 		}
 		for (uint32_t c = 0; c < d; c++)
 			h->dir[i][c] = (float)(h->dir[i][c] / sqrt(n2) * sqrt((double)d));
 	}
 	for (int i = 0; i < 8; i++)
-		h->heavy[i] = (int32_t)(rng_u32() % 200);
+		h->heavy[i] = (int32_t)(tu_rng_u32() % 200);
 	h->seq_budget = p->seq_budget;
 }
 
@@ -305,7 +277,7 @@ static void h_append(struct harness *h, uint32_t n)
 		fail_msg("reserve %u at %d: %s", n, h->n_pos, err.msg);
 	for (uint32_t t = 0; t < n; t++) {
 		int32_t pos = pos0 + (int32_t)t;
-		float a = rng_f(-1.0f, 2.0f);
+		float a = tu_rng_f(-1.0f, 2.0f);
 
 		if (h->drift_at > 0)
 			a = pos < h->drift_at ? -1.0f : 1.0f;
@@ -314,8 +286,8 @@ static void h_append(struct harness *h, uint32_t n)
 			float k[MAX_D], v[MAX_D];
 
 			for (uint32_t c = 0; c < h->d; c++) {
-				k[c] = h->key_bias * a * h->dir[i][c] / sqrtf((float)h->d) * 2.0f + rng_gauss();
-				v[c] = rng_gauss();
+				k[c] = h->key_bias * a * h->dir[i][c] / sqrtf((float)h->d) * 2.0f + tu_rng_gauss();
+				v[c] = tu_rng_gauss();
 			}
 			kv_seq_append(h->s, 0, i, pos, k, v);
 			h->allow_k[i][pos] = h->allow_v[i][pos] = 0.0;
@@ -342,14 +314,14 @@ static void h_append(struct harness *h, uint32_t n)
 			/* each head looks for one earlier key (a heavy hitter half of the
 			 * time), with noise; heads differ per stream */
 			for (uint32_t g = 0; g < h->group; g++) {
-				int32_t target = rng_u32() % 2 ? h->heavy[rng_u32() % 8] : (int32_t)(rng_u32() % (uint32_t)(qpos + 1));
+				int32_t target = tu_rng_u32() % 2 ? h->heavy[tu_rng_u32() % 8] : (int32_t)(tu_rng_u32() % (uint32_t)(qpos + 1));
 				float sharp = 0.5f + (float)i;
 
 				if (target > qpos)
 					target = qpos;
 				for (uint32_t c = 0; c < h->d; c++)
 					h->q[g * h->d + c] = sharp * h->k[i][target][c] / sqrtf((float)h->d) * 2.0f +
-							     0.5f * rng_gauss();
+							     0.5f * tu_rng_gauss();
 			}
 			kv_attn(st, h->d, &a);
 			if (observe)
@@ -618,7 +590,7 @@ static void run_scenario_keys(struct harness *h, enum tkv_policy pol, const stru
 	h->key_bias = key_bias;
 	h->check_window = check_window;
 	while ((uint32_t)h->n_pos < sc->n_tokens) {
-		uint32_t n = 1 + rng_u32() % sc->max_chunk;
+		uint32_t n = 1 + tu_rng_u32() % sc->max_chunk;
 
 		if (n > sc->n_tokens - (uint32_t)h->n_pos)
 			n = sc->n_tokens - (uint32_t)h->n_pos;
@@ -797,7 +769,7 @@ static void check_ranking_run(enum tkv_policy pol, uint32_t d, double frac, uint
 	h_init(&h, &p, d, 2, 2, 16, KV_FMT_F16, 0, seed);
 	h.seq_budget = (size_t)(frac * (double)full_stream_bytes(&h, 400) * 2);
 	while (h.n_pos < 400) {
-		h_append(&h, 1 + rng_u32() % 20);
+		h_append(&h, 1 + tu_rng_u32() % 20);
 		h_maintain(&h, b, a);
 		for (uint32_t i = 0; i < h.n_streams; i++) {
 			double min_kept = INFINITY, max_ev = -INFINITY;
@@ -1024,7 +996,7 @@ static void test_attn_threshold_under_budget(void **state)
 	h_init(&h, &p, 16, 2, 2, 16, KV_FMT_F16, 0, 41);
 	h.seq_budget = 100 * full_stream_bytes(&h, 400); /* never the limit */
 	while (h.n_pos < 300) {
-		h_append(&h, 1 + rng_u32() % 16);
+		h_append(&h, 1 + tu_rng_u32() % 16);
 		h_maintain(&h, b, a);
 		for (uint32_t i = 0; i < 2; i++) {
 			float fair = (float)h.group / (float)b[i].n_tokens;
@@ -1068,7 +1040,7 @@ static void test_kivi_cold(void **state)
 		h_init(&h, &p, 16, 2, 2, 16, KV_FMT_F16, 0, 51 + c);
 		h.seq_budget = 2 * full_stream_bytes(&h, 400); /* never the limit */
 		while (h.n_pos < 300) {
-			h_append(&h, 1 + rng_u32() % 16);
+			h_append(&h, 1 + tu_rng_u32() % 16);
 			h_maintain(&h, b, a);
 			for (uint32_t i = 0; i < 2; i++) {
 				assert_int_equal(h.s->streams[i].n_tokens, (uint32_t)h.n_pos); /* nothing evicted */
@@ -1120,7 +1092,7 @@ static void test_completion_merges(void **state)
 	assert_int_equal(kv_pool_init(&pool, &pp, &al, NULL), TKV_OK);
 	assert_int_equal(kv_seq_init(&s, pool, 1, 1, d, &al, NULL), TKV_OK);
 	st = kv_seq_stream(s, 0, 0);
-	rng_seed(61);
+	tu_rng_seed(61);
 	/* w = e0, the common direction e1: orthogonal */
 	memset(w, 0, sizeof w);
 	memset(cdir, 0, sizeof cdir);
@@ -1128,8 +1100,8 @@ static void test_completion_merges(void **state)
 	cdir[1] = 1.0f;
 	for (uint32_t t = 0; t < N; t++) {
 		for (uint32_t i = 0; i < d; i++) {
-			K[t][i] = i == 0 ? 0.0f : 2.0f * cdir[i] + 0.3f * rng_gauss();
-			V[t][i] = rng_gauss();
+			K[t][i] = i == 0 ? 0.0f : 2.0f * cdir[i] + 0.3f * tu_rng_gauss();
+			V[t][i] = tu_rng_gauss();
 		}
 	}
 	for (uint32_t i = 0; i < d; i++) {
@@ -1257,7 +1229,7 @@ static void test_cold_skip(void **state)
 	assert_int_equal(kv_pool_init(&pool, &pp, NULL, NULL), TKV_OK);
 	assert_int_equal(kv_seq_init(&s, pool, 1, 1, d, NULL, NULL), TKV_OK);
 	st = kv_seq_stream(s, 0, 0);
-	rng_seed(81);
+	tu_rng_seed(81);
 	for (uint32_t i = 0; i < d; i++)
 		u[i] = i < 4 ? 0.5f : 0.0f; /* unit */
 	/* hot: 16 keys = 10 u + noise */
@@ -1266,8 +1238,8 @@ static void test_cold_skip(void **state)
 		float k[16], v[16];
 
 		for (uint32_t i = 0; i < d; i++) {
-			k[i] = 10.0f * u[i] + 0.1f * rng_gauss();
-			v[i] = rng_gauss();
+			k[i] = 10.0f * u[i] + 0.1f * tu_rng_gauss();
+			v[i] = tu_rng_gauss();
 			maxv = fmax(maxv, fabs(f16r(v[i])));
 		}
 		kv_seq_append(s, 0, 0, (int32_t)(100 + t), k, v);
@@ -1275,8 +1247,8 @@ static void test_cold_skip(void **state)
 	/* cold: two q4 pages of 40 keys = -10 u + noise (far) and 8 keys = 9 u (near) */
 	for (uint32_t t = 0; t < 40; t++) {
 		for (uint32_t i = 0; i < d; i++) {
-			K[t * d + i] = -10.0f * u[i] + 0.1f * rng_gauss();
-			V[t * d + i] = rng_gauss();
+			K[t * d + i] = -10.0f * u[i] + 0.1f * tu_rng_gauss();
+			V[t * d + i] = tu_rng_gauss();
 			maxv = fmax(maxv, fabs(V[t * d + i]) * 1.1);
 		}
 		pos[t] = (int32_t)t;
@@ -1291,7 +1263,7 @@ static void test_cold_skip(void **state)
 		kv_stream_set_used(s, st, pg, 40);
 	}
 	for (uint32_t i = 0; i < d; i++)
-		q[i] = q[d + i] = 4.0f * u[i] + 0.05f * rng_gauss();
+		q[i] = q[d + i] = 4.0f * u[i] + 0.05f * tu_rng_gauss();
 	/* q·k ~ 40 on the hot page, ~ -40 on the cold one: logits ±10 at scale 1/4 */
 	{
 		struct kv_attn_args a = {
@@ -1327,7 +1299,7 @@ static void test_cold_skip(void **state)
 
 		for (uint32_t t = 0; t < 8; t++) {
 			for (uint32_t i = 0; i < d; i++)
-				K[t * d + i] = 9.0f * u[i] + 0.1f * rng_gauss();
+				K[t * d + i] = 9.0f * u[i] + 0.1f * tu_rng_gauss();
 			pos[t] = (int32_t)(50 + t);
 		}
 		assert_non_null(pg);
@@ -1379,7 +1351,7 @@ static void test_cold_skip_in_run(void **state)
 		double maxv = 0;
 
 		for (uint32_t c = 0; c < h.d; c++)
-			h.q[c] = h.dir[0][c] + 0.3f * rng_gauss();
+			h.q[c] = h.dir[0][c] + 0.3f * tu_rng_gauss();
 		kv_attn(st, h.d, &a);
 		sk = st->pages_skipped;
 		a.skip = h.c.skip;

@@ -50,27 +50,6 @@ static const uint32_t LOW_FMTS[] = { KV_FMT_Q8, KV_FMT_Q4, KV_FMT_Q2 };
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s)
-{
-	rng_state = s;
-}
-
-static uint32_t rng_u32(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-
-static float rng_f(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((double)rng_u32() / 4294967296.0);
-}
-
 /* The filled share of a page's bytes, as the pool defines it (floor). */
 static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
 {
@@ -735,11 +714,11 @@ static void test_pool_used_rounding(void **state)
 		pg[i] = kv_pool_get(pool, 8, fmts[i], caps[i], &why);
 		assert_non_null(pg[i]);
 	}
-	rng_seed(5);
+	tu_rng_seed(5);
 	for (int step = 0; step < 2000; step++) {
-		int i = (int)(rng_u32() % 6);
+		int i = (int)(tu_rng_u32() % 6);
 
-		kv_pool_set_used(pool, pg[i], rng_u32() % (caps[i] + 1));
+		kv_pool_set_used(pool, pg[i], tu_rng_u32() % (caps[i] + 1));
 		check_acct(pool, NULL, 0, pg, 6);
 	}
 	for (int i = 0; i < 6; i++)
@@ -1557,10 +1536,10 @@ static int demote_some(struct kv_seq *s, struct kv_stream *st, uint32_t n, uint3
 
 		if (st->n_pages == 0)
 			break;
-		p = rng_u32() % st->n_pages;
+		p = tu_rng_u32() % st->n_pages;
 		if (!is_hot(s, st->pages[p]) || st->pages[p]->n_used == 0)
 			continue;
-		j = rng_u32() % st->pages[p]->n_used;
+		j = tu_rng_u32() % st->pages[p]->n_used;
 		for (uint32_t x = 0; x < got; x++)
 			dup |= page_of[x] == p && slot_of[x] == j;
 		if (dup)
@@ -1615,23 +1594,23 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 	uint32_t next_id = 1;
 	int n_full = 0, n_ok = 0, n_demoted = 0, n_low_full = 0;
 
-	rng_seed(seed);
+	tu_rng_seed(seed);
 	memset(m, 0, sizeof m);
 	for (int step = 0; step < N_STEPS; step++) {
-		struct model_seq *q = &m[rng_u32() % N_SLOTS];
-		uint32_t op = rng_u32() % 100;
+		struct model_seq *q = &m[tu_rng_u32() % N_SLOTS];
+		uint32_t op = tu_rng_u32() % 100;
 		size_t n_streams = (size_t)q->n_layer * q->n_kv_head;
 
 		if (!q->s) {
 			memset(q, 0, sizeof *q);
-			q->n_layer = 1 + rng_u32() % 3;
-			q->n_kv_head = 1 + rng_u32() % 3;
+			q->n_layer = 1 + tu_rng_u32() % 3;
+			q->n_kv_head = 1 + tu_rng_u32() % 3;
 			q->id = next_id++;
 			q->s = make_seq(pool, q->n_layer, q->n_kv_head, HD, &a);
 		} else if (op < 30) {
 			/* unlimited: keep the walk bounded */
 			uint32_t n_new = (budget_pages == 0 && q->n_appended > 64) || q->n_appended > MAX_POS - 64
-						 ? 0 : rng_u32() % (3 * P + 2);
+						 ? 0 : tu_rng_u32() % (3 * P + 2);
 			size_t need = 0, need_bytes;
 			struct kv_pool_stats before, after;
 			struct tkv_error err = {0};
@@ -1669,7 +1648,7 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 			for (size_t i = 0; i < n_streams; i++)
 				if (q->s->streams[i].hot_free < room)
 					room = q->s->streams[i].hot_free;
-			n = room ? rng_u32() % (room + 1) : 0;
+			n = room ? tu_rng_u32() % (room + 1) : 0;
 			if (n > MAX_POS - q->n_appended)
 				n = MAX_POS - q->n_appended;
 			for (uint32_t t = 0; t < n; t++) {
@@ -1679,31 +1658,31 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 				q->n_appended++;
 			}
 		} else if (op < 72) {
-			size_t i = rng_u32() % n_streams;
-			uint32_t f = LOW_FMTS[rng_u32() % 3], caps[] = { 4, 8, 16 };
-			int rc = demote_some(q->s, &q->s->streams[i], 1 + rng_u32() % 8, f, caps[rng_u32() % 3],
-					     (int)(rng_u32() % 2));
+			size_t i = tu_rng_u32() % n_streams;
+			uint32_t f = LOW_FMTS[tu_rng_u32() % 3], caps[] = { 4, 8, 16 };
+			int rc = demote_some(q->s, &q->s->streams[i], 1 + tu_rng_u32() % 8, f, caps[tu_rng_u32() % 3],
+					     (int)(tu_rng_u32() % 2));
 
 			if (rc == TKV_OK)
 				n_demoted++;
 			else
 				n_low_full++;
 		} else if (op < 82) {
-			size_t i = rng_u32() % n_streams;
+			size_t i = tu_rng_u32() % n_streams;
 			struct kv_stream *st = &q->s->streams[i];
-			uint32_t k = rng_u32() % 4;
+			uint32_t k = tu_rng_u32() % 4;
 
 			for (uint32_t x = 0; x < k && st->n_tokens; x++) {
-				uint32_t p = rng_u32() % st->n_pages, j;
+				uint32_t p = tu_rng_u32() % st->n_pages, j;
 
 				if (st->pages[p]->n_used == 0)
 					continue;
-				j = rng_u32() % st->pages[p]->n_used;
+				j = tu_rng_u32() % st->pages[p]->n_used;
 				q->live[i][st->pages[p]->pos[j]] = 0;
 				remove_and_check(q->s, st, p, j);
 			}
 		} else if (op < 88) {
-			kv_stream_drop_empty(q->s, &q->s->streams[rng_u32() % n_streams]);
+			kv_stream_drop_empty(q->s, &q->s->streams[tu_rng_u32() % n_streams]);
 		} else if (op < 95) {
 			kv_seq_clear(q->s);
 			memset(q->live, 0, sizeof q->live);
@@ -1785,22 +1764,22 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 	int why;
 
 	assert_true(hd <= 64 && nq <= AT_MAX_Q);
-	rng_seed(seed);
+	tu_rng_seed(seed);
 	for (size_t i = 0; i < n_spec; i++)
 		T += spec[i].n;
 	assert_true(T <= AT_MAX_T);
 	for (uint32_t t = 0; t < T; t++)
 		pos[t] = (int32_t)t;
 	for (uint32_t t = T; t > 1; t--) {
-		uint32_t r = rng_u32() % t;
+		uint32_t r = tu_rng_u32() % t;
 		int32_t x = pos[t - 1];
 
 		pos[t - 1] = pos[r];
 		pos[r] = x;
 	}
 	for (uint32_t i = 0; i < T * hd; i++) {
-		K[i] = rng_f(-1.0f, 1.0f);
-		V[i] = rng_f(-1.0f, 1.0f);
+		K[i] = tu_rng_f(-1.0f, 1.0f);
+		V[i] = tu_rng_f(-1.0f, 1.0f);
 	}
 	for (size_t i = 0; i < n_spec; i++) {
 		struct kv_page *pg = add_filled_page(s, st, spec[i].fmt, spec[i].cap, spec[i].rot, K + (size_t)off * hd,
@@ -1830,7 +1809,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 	for (uint32_t i = 0; i < T * hd; i++)
 		M = fmax(M, fmax(fabs(Kd[i]), fabs(Vd[i])));
 	for (uint32_t i = 0; i < nq * hd; i++)
-		q[i] = rng_f(-1.0f, 1.0f);
+		q[i] = tu_rng_f(-1.0f, 1.0f);
 
 	for (int32_t qpos = -1; qpos < (int32_t)T; qpos++) {
 		struct kv_attn_args a = {
@@ -2188,9 +2167,9 @@ static void test_attn_exp_kernel(void **state)
 		print_message("no SIMD softmax kernel on this CPU: the scalar loop is used (tested by test_attn_*)\n");
 		return;
 	}
-	rng_seed(77);
+	tu_rng_seed(77);
 	for (uint32_t i = 0; i < 1003; i++) {
-		l[i] = i % 7 == 3 ? -INFINITY : i % 11 == 5 ? rng_f(-200.0f, -80.0f) : rng_f(-30.0f, 0.0f);
+		l[i] = i % 7 == 3 ? -INFINITY : i % 11 == 5 ? tu_rng_f(-200.0f, -80.0f) : tu_rng_f(-30.0f, 0.0f);
 		if (i == 500)
 			l[i] = 0.0f;
 		want[i] = l[i] == -INFINITY ? 0.0f : expf(l[i]);

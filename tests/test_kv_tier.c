@@ -66,34 +66,6 @@ static const uint32_t FMTS[] = { KV_FMT_F32, KV_FMT_F16, KV_FMT_Q8, KV_FMT_Q4, K
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s)
-{
-	rng_state = s;
-}
-
-static uint32_t rng_u32(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
-
-static float rng_f(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((double)rng_u32() / 4294967296.0);
-}
-
-static float rng_gauss(void)
-{
-	double u1 = ((double)rng_u32() + 1.0) / 4294967297.0, u2 = (double)rng_u32() / 4294967296.0;
-
-	return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 static bool bits_packed(uint32_t fmt)
 {
 	return fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2;
@@ -192,17 +164,17 @@ static void fill(float *X, uint32_t n, uint32_t d, enum data_kind kind)
 
 	assert_true(d <= 512);
 	for (uint32_t c = 0; c < d; c++)
-		bias[c] = rng_f(-8.0f, 8.0f);
+		bias[c] = tu_rng_f(-8.0f, 8.0f);
 	for (uint32_t s = 0; s < n; s++)
 		for (uint32_t c = 0; c < d; c++) {
 			float *x = &X[(size_t)s * d + c];
 
 			switch (kind) {
-			case DATA_UNIFORM: *x = rng_f(-1.0f, 1.0f); break;
-			case DATA_GAUSS: *x = 3.0f * rng_gauss(); break;
-			case DATA_BIASED: *x = bias[c] + rng_gauss(); break;
-			case DATA_SMALL: *x = rng_f(-1e-3f, 1e-3f); break;
-			case DATA_HUGE: *x = rng_f(-1e4f, 1e4f); break;
+			case DATA_UNIFORM: *x = tu_rng_f(-1.0f, 1.0f); break;
+			case DATA_GAUSS: *x = 3.0f * tu_rng_gauss(); break;
+			case DATA_BIASED: *x = bias[c] + tu_rng_gauss(); break;
+			case DATA_SMALL: *x = tu_rng_f(-1e-3f, 1e-3f); break;
+			case DATA_HUGE: *x = tu_rng_f(-1e4f, 1e4f); break;
 			case DATA_KINDS: break;
 			}
 		}
@@ -401,7 +373,7 @@ static void test_store_writes_exactly(void **state)
 	static const uint32_t caps[] = { 1, 3, 16, 64 };
 
 	(void)state;
-	rng_seed(1);
+	tu_rng_seed(1);
 	for (size_t fi = 0; fi < N_FMTS; fi++)
 		for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
 			for (size_t ci = 0; ci < sizeof caps / sizeof caps[0]; ci++) {
@@ -484,7 +456,7 @@ static void test_roundtrip(void **state)
 	static const uint32_t caps[] = { 1, 16, 64 };
 
 	(void)state;
-	rng_seed(2);
+	tu_rng_seed(2);
 	for (size_t fi = 0; fi < N_FMTS; fi++) {
 		uint32_t f = FMTS[fi];
 		double rel[DATA_KINDS] = { 0 };
@@ -529,7 +501,7 @@ static void test_edge_data(void **state)
 	static float K[CAP * D], V[CAP * D], K2[CAP * D], V2[CAP * D];
 
 	(void)state;
-	rng_seed(3);
+	tu_rng_seed(3);
 	for (size_t fi = 0; fi < N_FMTS; fi++)
 		for (int cse = 0; cse < N_CASES; cse++) {
 			uint32_t f = FMTS[fi];
@@ -547,7 +519,7 @@ static void test_edge_data(void **state)
 					case 2: x = 0.1f * (float)c - 2.3f; break;     /* constant channels */
 					case 3: x = 1e4f; break;                       /* huge constant */
 					case 4: x = (s + c) % 2 ? 1e4f : -1e4f; break; /* huge, both signs */
-					case 5: x = s == 5 && c == 9 ? 1e4f : rng_f(-1.0f, 1.0f); break; /* one outlier */
+					case 5: x = s == 5 && c == 9 ? 1e4f : tu_rng_f(-1.0f, 1.0f); break; /* one outlier */
 					case 6: x = -1.0f / 3.0f; break;               /* constant, inexact in f16 */
 					}
 					K[s * D + c] = x;
@@ -605,7 +577,7 @@ static void dot_errors(bool rotate, double err[KV_FMT_COUNT])
 	enum { CAP = 64, D = 128, PAGES = 16, NQ = 8 };
 	static float K[CAP * D], V[CAP * D], Kr[CAP * D], K2[CAP * D], q[NQ][D], qr[NQ][D];
 
-	rng_seed(4);
+	tu_rng_seed(4);
 	for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
 		double num = 0.0, den = 0.0;
 
@@ -616,7 +588,7 @@ static void dot_errors(bool rotate, double err[KV_FMT_COUNT])
 			fill(V, CAP, D, DATA_GAUSS);
 			for (int i = 0; i < NQ; i++)
 				for (int c = 0; c < D; c++)
-					q[i][c] = qr[i][c] = rng_gauss();
+					q[i][c] = qr[i][c] = tu_rng_gauss();
 			memcpy(Kr, K, sizeof K);
 			if (rotate) {
 				for (int s = 0; s < CAP; s++)
@@ -672,7 +644,7 @@ static void test_move(void **state)
 	static float K[CAP * D], V[CAP * D], K0[CAP * D], V0[CAP * D], k[D], v[D];
 
 	(void)state;
-	rng_seed(5);
+	tu_rng_seed(5);
 	for (size_t fi = 0; fi < N_FMTS; fi++) {
 		uint32_t f = FMTS[fi];
 		struct page p;
@@ -714,7 +686,7 @@ static void test_store_equals_pack(void **state)
 	static float K[N * D], V[N * D];
 
 	(void)state;
-	rng_seed(6);
+	tu_rng_seed(6);
 	for (uint32_t f = KV_FMT_F32; f <= KV_FMT_Q8; f++) {
 		struct page a, b;
 
@@ -745,7 +717,7 @@ static void test_pack_partial(void **state)
 	static float K2[CAP * D], V2[CAP * D], K3[N * D], V3[N * D], kmin[D], kmax[D];
 
 	(void)state;
-	rng_seed(7);
+	tu_rng_seed(7);
 	fill(K, N, D, DATA_BIASED);
 	fill(V, N, D, DATA_GAUSS);
 	for (size_t fi = 0; fi < N_FMTS; fi++) {
@@ -797,11 +769,11 @@ static void test_repack_stable(void **state)
 	static float K[CAP * D], V[CAP * D], K2[CAP * D], V2[CAP * D];
 
 	(void)state;
-	rng_seed(11);
+	tu_rng_seed(11);
 	for (size_t fi = 0; fi < N_FMTS; fi++)
 		for (int kind = 0; kind < DATA_KINDS; kind++)
 			for (int rep = 0; rep < 4; rep++) {
-				uint32_t f = FMTS[fi], n = rep == 0 ? CAP : 8 + rng_u32() % (CAP - 7);
+				uint32_t f = FMTS[fi], n = rep == 0 ? CAP : 8 + tu_rng_u32() % (CAP - 7);
 				struct page a, b;
 
 				fill(K, n, D, (enum data_kind)kind);
@@ -830,7 +802,7 @@ static void test_key_bounds(void **state)
 	static float K[CAP * D], V[CAP * D], K2[CAP * D], kmin[D], kmax[D];
 
 	(void)state;
-	rng_seed(8);
+	tu_rng_seed(8);
 	for (size_t fi = 0; fi < N_FMTS; fi++)
 		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
 			for (int kind = 0; kind < DATA_KINDS; kind++) {
@@ -894,7 +866,7 @@ static void test_rotation_orthogonal(void **state)
 	static float cols[16][16];
 
 	(void)state;
-	rng_seed(9);
+	tu_rng_seed(9);
 	for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
 		uint32_t d = dims[di];
 
@@ -902,8 +874,8 @@ static void test_rotation_orthogonal(void **state)
 			double nx, xz;
 
 			for (uint32_t i = 0; i < d; i++) {
-				x[i] = y[i] = rng_f(-1.0f, 1.0f);
-				z[i] = w[i] = rng_gauss();
+				x[i] = y[i] = tu_rng_f(-1.0f, 1.0f);
+				z[i] = w[i] = tu_rng_gauss();
 			}
 			nx = dot(x, x, d);
 			xz = dot(x, z, d);
@@ -971,17 +943,17 @@ static void outlier_errors(uint32_t f, bool rotate, double *ek, double *ev)
 	static float K[CAP * D], V[CAP * D], K1[CAP * D], V1[CAP * D], K2[CAP * D], V2[CAP * D];
 	double sk = 0.0, sv = 0.0, nk = 0.0;
 
-	rng_seed(10);
+	tu_rng_seed(10);
 	for (int pg = 0; pg < PAGES; pg++) {
 		struct page p;
 
 		for (int i = 0; i < CAP * D; i++) {
-			K[i] = rng_gauss();
-			V[i] = rng_gauss();
+			K[i] = tu_rng_gauss();
+			V[i] = tu_rng_gauss();
 		}
 		for (int s = 0; s < CAP; s++) {
-			K[s * D + 7] = 20.0f + 3.0f * rng_gauss();
-			V[s * D + 7] = 20.0f + 3.0f * rng_gauss();
+			K[s * D + 7] = 20.0f + 3.0f * tu_rng_gauss();
+			V[s * D + 7] = 20.0f + 3.0f * tu_rng_gauss();
 		}
 		memcpy(K1, K, sizeof K);
 		memcpy(V1, V, sizeof V);
@@ -1041,28 +1013,28 @@ static bool same_float(float a, float b)
  * subnormals, overflow, Inf and NaN. */
 static float f16_probe(void)
 {
-	uint32_t r = rng_u32(), u;
+	uint32_t r = tu_rng_u32(), u;
 	float f;
 
 	switch (r % 8) {
 	case 0: /* halfway between two halves (a tie), or one float ulp either side */
-		u = ops_f32_to_f16(rng_f(-70000.0f, 70000.0f));
+		u = ops_f32_to_f16(tu_rng_f(-70000.0f, 70000.0f));
 		f = ops_f16_to_f32((uint16_t)u);
 		memcpy(&u, &f, sizeof u);
-		u = (u & ~0x1fffu) + 0x1000u + (rng_u32() % 3) - 1;
+		u = (u & ~0x1fffu) + 0x1000u + (tu_rng_u32() % 3) - 1;
 		memcpy(&f, &u, sizeof f);
 		return f;
 	case 1: /* around the f16 subnormals */
-		return rng_f(-1e-4f, 1e-4f);
+		return tu_rng_f(-1e-4f, 1e-4f);
 	case 2:
-		u = rng_u32() % 3;
+		u = tu_rng_u32() % 3;
 		return u == 0 ? INFINITY : u == 1 ? -INFINITY : 65520.0f;
 	case 3: /* NaN with a random payload, quiet or not */
-		u = 0x7f800000u | (rng_u32() & 0x807fffffu) | 1u;
+		u = 0x7f800000u | (tu_rng_u32() & 0x807fffffu) | 1u;
 		memcpy(&f, &u, sizeof f);
 		return f;
 	default: /* any bits with an exponent from 2^-30 to 2^20 */
-		u = (rng_u32() & 0x807fffffu) | (uint32_t)(97 + rng_u32() % 51) << 23;
+		u = (tu_rng_u32() & 0x807fffffu) | (uint32_t)(97 + tu_rng_u32() % 51) << 23;
 		memcpy(&f, &u, sizeof f);
 		return f;
 	}
@@ -1083,7 +1055,7 @@ static void test_kernels_match_ref(void **state)
 	(void)state;
 	print_message("KV row kernels: %s\n", kv_tier_kernel_name());
 	assert_ptr_equal(ref->f16_load, kv_tier_f16_load_ref);
-	rng_seed(12);
+	tu_rng_seed(12);
 	for (uint32_t base = 0; base < 65536; base += N) {
 		uint32_t n = 65536 - base < N ? 65536 - base : N;
 
@@ -1097,14 +1069,14 @@ static void test_kernels_match_ref(void **state)
 	}
 	for (int rep = 0; rep < 2000; rep++) {
 		uint32_t n = (uint32_t)rep % (N + 1), bits = rep % 2 ? 4 : 2, na = n - n % (8 / bits);
-		float sc = rng_f(-3.0f, 3.0f);
+		float sc = tu_rng_f(-3.0f, 3.0f);
 
 		for (uint32_t i = 0; i < N; i++) {
 			x[i] = f16_probe();
-			q8[i] = (int8_t)(rng_u32() % 255 - 127);
-			codes[i] = (uint8_t)rng_u32();
-			s[i] = rng_f(0.0f, 2.0f);
-			m[i] = rng_f(-5.0f, 5.0f);
+			q8[i] = (int8_t)(tu_rng_u32() % 255 - 127);
+			codes[i] = (uint8_t)tu_rng_u32();
+			s[i] = tu_rng_f(0.0f, 2.0f);
+			m[i] = tu_rng_f(-5.0f, 5.0f);
 		}
 		ref->f16_store(x, h1, n);
 		k->f16_store(x, h2, n);
@@ -1128,7 +1100,7 @@ static void test_kernels_match_ref(void **state)
 		/* values: any d the format takes, groups of 32 and a shorter last one */
 		if (na > 0 && kv_fmt_ok(bits == 4 ? KV_FMT_Q4 : KV_FMT_Q2, na)) {
 			for (uint32_t i = 0; i < N; i++)
-				h1[i] = ops_f32_to_f16(i % 2 ? rng_f(-5.0f, 5.0f) : rng_f(0.0f, 2.0f));
+				h1[i] = ops_f32_to_f16(i % 2 ? tu_rng_f(-5.0f, 5.0f) : tu_rng_f(0.0f, 2.0f));
 			ref->asym_load_v(bits, codes, h1, y1, na);
 			k->asym_load_v(bits, codes, h1, y2, na);
 			for (uint32_t i = 0; i < na; i++)
@@ -1155,7 +1127,7 @@ static void test_speed(void **state)
 	float *K = alloc_floats(CAP * D), *V = alloc_floats(CAP * D), *out = alloc_floats(CAP * D);
 
 	(void)state;
-	rng_seed(13);
+	tu_rng_seed(13);
 	fill(K, CAP, D, DATA_GAUSS);
 	fill(V, CAP, D, DATA_GAUSS);
 	for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {

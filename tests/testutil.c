@@ -1,6 +1,7 @@
 /* testutil.c - fixture lookup and file reading for tests. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -75,4 +76,11 @@ uint32_t tu_rng_u32(void)
 float tu_rng_f(float lo, float hi)
 {
 	return lo + (hi - lo) * (float)((double)tu_rng_u32() / 4294967296.0);
+}
+
+float tu_rng_gauss(void)
+{
+	double u = ((double)tu_rng_u32() + 1.0) / 4294967297.0, v = (double)tu_rng_u32() / 4294967296.0;
+
+	return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }

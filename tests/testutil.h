@@ -18,9 +18,12 @@ const char *tu_vocab_path(const char *name);
 char *tu_read_file(const char *path, size_t *len);
 
 /* A deterministic generator (splitmix64) for test data: seed, 32 random
- * bits, a float uniform in [lo, hi). One state per test program. */
+ * bits, a float uniform in [lo, hi). One state per test program, seeded
+ * 0x5eed1234 until tu_rng_seed. */
 void tu_rng_seed(uint64_t seed);
 uint32_t tu_rng_u32(void);
 float tu_rng_f(float lo, float hi);
+/* A standard normal draw (Box-Muller over two tu_rng_u32). */
+float tu_rng_gauss(void);
 
 #endif
