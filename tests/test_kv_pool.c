@@ -16,6 +16,7 @@
 #include "kv/seq.h"
 #include "kv/attn_impl.h"
 #include "kv/tier.h"
+#include "kv/tier_impl.h"
 #include "ops/ops.h"
 #include "util/alloc.h"
 
@@ -1749,9 +1750,13 @@ struct page_spec {
  * query position qpos (slots with pos > qpos masked), against a double-
  * precision softmax and weighted sum over the keys and values the pages hold
  * (decoded in model space). A second stream of the sequence is filled with
- * large values: it must not leak into the first. */
+ * large values: it must not leak into the first. q4 pages go through the
+ * exact path here (dequantized rows); their integer kernels have their own
+ * test (test_attn_q_kernels). */
 static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd, uint32_t nq, uint64_t seed)
 {
+	int was_exact = kv_attn_exact_packed(1);
+
 	struct kv_pool *pool = make_pool(0, 16, KV_FMT_F16, NULL);
 	struct kv_seq *s = make_seq(pool, 1, 2, hd, NULL);
 	struct kv_stream *st = kv_seq_stream(s, 0, 0), *other = kv_seq_stream(s, 0, 1);
@@ -1923,6 +1928,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 	}
 	kv_seq_free(s);
 	kv_pool_free(pool);
+	kv_attn_exact_packed(was_exact);
 }
 
 static void test_attn_f32(void **state)
@@ -2190,6 +2196,200 @@ static void test_attn_exp_kernel(void **state)
 		assert_true(l[i] == 0.0f);
 }
 
+/* ---- q4 pages on integer codes ---------------------------------------------- */
+
+/* Code of channel c in row j of a q4 region's codes (tier.h layout). */
+static int q4_code(const uint8_t *codes, uint32_t d, uint32_t j, uint32_t c)
+{
+	uint8_t b = codes[(size_t)j * d / 2 + c / 2];
+
+	return c % 2 ? b >> 4 : b & 15;
+}
+
+static float f16_at(const uint16_t *p, size_t i)
+{
+	float x;
+
+	kv_tier_kernels_ref()->f16_load(p + i, &x, 1);
+	return x;
+}
+
+struct q_errs {
+	double score_int, score_fmt, out_int, out_fmt;  /* sums of squares */
+	uint32_t n_score, n_out;
+};
+
+/* One q4 page of 64 slots from K, V (64 rows of d): rows [j0, j0 + n) through
+ * the reference integer kernels, against the exact dequantized rows (within
+ * the bound of the kernels' roundings) and the SIMD kernels (within float
+ * rounding); e gathers the integer and the format errors (against K, V). */
+static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0, uint32_t n, uint32_t nq,
+			 const float *q, const float *w, size_t stride, struct q_errs *e)
+{
+	const uint32_t cap = 64, ng = d / 32;
+	size_t kb = kv_tier_k_bytes(KV_FMT_Q4, cap, d), vb = kv_tier_v_bytes(KV_FMT_Q4, cap, d);
+	uint16_t *kreg = malloc(kb), *vreg = malloc(vb);
+	const uint16_t *par;
+	const uint8_t *kcodes, *vcodes;
+	float *Kd = malloc((size_t)cap * d * sizeof(float)), *Vd = malloc((size_t)cap * d * sizeof(float));
+	float logit[9 * 70], logit2[9 * 70], out[9 * 128], out2[9 * 128];
+	const float scale = 1.0f / sqrtf((float)d);
+	kv_score_q_fn fs = kv_attn_score_q_kernel(KV_FMT_Q4, d);
+	kv_accum_q_fn fa = kv_attn_accum_q_kernel(KV_FMT_Q4, d);
+
+	assert_true(kreg && vreg && Kd && Vd && nq <= 9 && stride <= 70 && j0 + n <= cap);
+	kv_tier_pack(KV_FMT_Q4, kreg, vreg, cap, d, K, V, cap);
+	kv_tier_load_k_slots(KV_FMT_Q4, kreg, cap, d, 0, cap, Kd);
+	kv_tier_load_v_slots(KV_FMT_Q4, vreg, cap, d, 0, cap, Vd);
+	kcodes = (const uint8_t *)(kreg + 2 * d);
+	par = vreg;
+	vcodes = (const uint8_t *)(vreg + (size_t)cap * ng * 2);
+
+	/* keys */
+	for (uint32_t i = 0; i < 9 * 70; i++)
+		logit[i] = logit2[i] = -5.0f;
+	kv_score_q_ref(4, kreg, j0, n, d, q, nq, scale, logit, stride);
+	if (fs)
+		fs(4, kreg, j0, n, d, q, nq, scale, logit2, stride);
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *qh = q + (size_t)h * d;
+		double amax = 0.0, mag = 0.0;
+
+		for (uint32_t c = 0; c < d; c++) {
+			amax = fmax(amax, fabs((double)(qh[c] * f16_at(kreg, c))));
+			mag += fabs(qh[c]) * (fabs(f16_at(kreg, d + c)) + 15.0 * f16_at(kreg, c));
+		}
+		for (uint32_t i = 0; i < stride; i++) {
+			double exact = 0.0, orig = 0.0, codes = 0.0, bound;
+			float got = logit[h * stride + i];
+
+			if (i >= n) { /* past the rows: untouched */
+				assert_true(got == -5.0f && logit2[h * stride + i] == -5.0f);
+				continue;
+			}
+			for (uint32_t c = 0; c < d; c++) {
+				exact += (double)qh[c] * Kd[(size_t)(j0 + i) * d + c];
+				orig += (double)qh[c] * K[(size_t)(j0 + i) * d + c];
+				codes += q4_code(kcodes, d, j0 + i, c);
+			}
+			exact *= scale;
+			orig *= scale;
+			bound = scale * (amax / 127.0 / 2.0 * codes * (1.0 + 1e-5) + 1e-5 * mag) + 1e-6;
+			if (!(fabs(got - exact) <= bound))
+				fail_msg("d %u head %u row %u: score %.9g, exact %.9g, bound %.3g", d, h, j0 + i, (double)got,
+					 exact, bound);
+			if (fs && !(fabs(logit2[h * stride + i] - got) <= 8e-6 * scale * mag + 1e-6))
+				fail_msg("d %u head %u row %u: SIMD score %.9g, reference %.9g", d, h, j0 + i,
+					 (double)logit2[h * stride + i], (double)got);
+			e->score_int += (got - exact) * (got - exact);
+			e->score_fmt += (exact - orig) * (exact - orig);
+			e->n_score++;
+		}
+	}
+
+	/* values */
+	for (uint32_t i = 0; i < nq * d; i++)
+		out[i] = out2[i] = 0.25f;
+	kv_accum_q_ref(4, vreg, cap, j0, n, d, w, stride, nq, out);
+	if (fa)
+		fa(4, vreg, cap, j0, n, d, w, stride, nq, out2);
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *wh = w + (size_t)h * stride;
+
+		for (uint32_t c = 0; c < d; c++) {
+			uint32_t g = c / 32;
+			double exact = 0.25, orig = 0.25, umax = 0.0, codes = 0.0, mag = 0.25, bound;
+			float got = out[h * d + c];
+
+			for (uint32_t i = 0; i < n; i++) {
+				double wi = wh[i] > 0.0f ? wh[i] : 0.0; /* negatives and NaN count as 0 */
+				size_t pj = ((size_t)(j0 + i) * ng + g) * 2;
+
+				exact += wi * Vd[(size_t)(j0 + i) * d + c];
+				orig += wi * V[(size_t)(j0 + i) * d + c];
+				umax = fmax(umax, (double)((float)wi * f16_at(par, pj)));
+				mag += wi * (fabs(f16_at(par, pj + 1)) + 15.0 * f16_at(par, pj));
+				codes += q4_code(vcodes, d, j0 + i, c);
+			}
+			bound = umax / 127.0 / 2.0 * codes * (1.0 + 1e-5) + 1e-5 * mag + 1e-7;
+			if (!(fabs(got - exact) <= bound))
+				fail_msg("d %u head %u channel %u: out %.9g, exact %.9g, bound %.3g", d, h, c, (double)got,
+					 exact, bound);
+			if (fa && !(fabs(out2[h * d + c] - got) <= 8e-6 * mag))
+				fail_msg("d %u head %u channel %u: SIMD out %.9g, reference %.9g", d, h, c,
+					 (double)out2[h * d + c], (double)got);
+			e->out_int += (got - exact) * (got - exact);
+			e->out_fmt += (exact - orig) * (exact - orig);
+			e->n_out++;
+		}
+	}
+	free(kreg);
+	free(vreg);
+	free(Kd);
+	free(Vd);
+}
+
+/* The integer kernels of q4 pages (attn_impl.h): d 64 and 128, every row
+ * range shape (tails of 1..7 rows, odd counts, offsets), 1..9 heads (more
+ * than the kernels prepare at once), weights with zeros, negatives and NaN
+ * (no weight), keys with an outlier channel. Each result is within the bound
+ * of the roundings of the reference, the SIMD version gives the reference's
+ * numbers, and over all of it the integer error is small next to the error
+ * of the 4-bit codes themselves (RMS at most a fifth: the two add in
+ * quadrature, so at most +2%). */
+static void test_attn_q_kernels(void **state)
+{
+	static const struct { uint32_t j0, n; } rows[] = {
+		{ 0, 64 }, { 0, 1 }, { 5, 7 }, { 3, 8 }, { 17, 9 }, { 1, 31 }, { 32, 16 }, { 0, 2 }, { 9, 55 } };
+	static float K[64 * 128], V[64 * 128], q[9 * 128], w[9 * 70];
+	struct q_errs e = { 0 };
+
+	(void)state;
+	if (!kv_attn_score_q_kernel(KV_FMT_Q4, 64))
+		print_message("no SIMD integer kernels on this CPU: the references are checked alone\n");
+	tu_rng_seed(4242);
+	for (uint32_t d = 64; d <= 128; d *= 2) {
+		for (uint32_t rep = 0; rep < 3; rep++) {
+			for (uint32_t i = 0; i < 64 * d; i++) {
+				K[i] = tu_rng_gauss() * (i % d == 7 ? 6.0f : 1.0f) + (i % d == 20 ? 2.0f : 0.0f);
+				V[i] = tu_rng_gauss() * (i % d == 40 ? 4.0f : 1.0f);
+			}
+			for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+				uint32_t nq = 1 + (uint32_t)(r + rep) % 9, n = rows[r].n;
+				size_t stride = n + r % 3 + 1;
+
+				for (uint32_t i = 0; i < nq * d; i++)
+					q[i] = tu_rng_gauss();
+				for (uint32_t h = 0; h < nq; h++) {
+					double sum = 0.0;
+
+					for (uint32_t i = 0; i < stride; i++) {
+						float x = expf(2.0f * tu_rng_gauss());
+
+						w[h * stride + i] = x;
+						sum += x;
+					}
+					for (uint32_t i = 0; i < stride; i++)
+						w[h * stride + i] = (float)(w[h * stride + i] / sum);
+					if (h % 4 == 1)       /* a head with no weight here */
+						for (uint32_t i = 0; i < stride; i++)
+							w[h * stride + i] = 0.0f;
+					if (h % 4 == 2 && n > 2) {
+						w[h * stride + 0] = -0.5f;
+						w[h * stride + 1] = NAN;
+					}
+				}
+				check_q_page(d, K, V, rows[r].j0, n, nq, q, w, stride, &e);
+			}
+		}
+	}
+	print_message("q4 integer kernels: RMS score error %.3g (the 4-bit codes' own %.3g), RMS output error %.3g "
+		      "(codes' own %.3g)\n", sqrt(e.score_int / e.n_score), sqrt(e.score_fmt / e.n_score),
+		      sqrt(e.out_int / e.n_out), sqrt(e.out_fmt / e.n_out));
+	assert_true(e.score_int <= 0.04 * e.score_fmt);
+	assert_true(e.out_int <= 0.04 * e.out_fmt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2216,6 +2416,7 @@ int main(void)
 		cmocka_unit_test(test_attn_mixed),
 		cmocka_unit_test(test_attn_large_scores),
 		cmocka_unit_test(test_attn_exp_kernel),
+		cmocka_unit_test(test_attn_q_kernels),
 		cmocka_unit_test(test_fault_sweep),
 		cmocka_unit_test(test_fault_sweep_budget),
 		cmocka_unit_test(test_fault_sweep_transient),

@@ -9,7 +9,8 @@
  * values, decoding each value row once. Rotated pages are scored with R q and
  * their values are summed in the rotated space, then rotated back once.
  *
- * Full-precision pages have their own SIMD kernels; quantized pages are
+ * Full-precision pages have their own SIMD kernels; q4 pages are scored and
+ * summed on their integer codes (attn_impl.h); other quantized pages are
  * decoded a tile of rows at a time by the tier's row kernels (tier_impl.h)
  * and go through the f32 kernels, so each row is decoded once for the whole
  * group of query heads. */
@@ -26,7 +27,7 @@
 
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 static int have_avx2;              /* written once, under kernels_once */
-static atomic_int force_ref;
+static atomic_int force_ref, exact_packed;
 
 static void detect(void)
 {
@@ -36,6 +37,11 @@ static void detect(void)
 int kv_attn_force_ref(int on)
 {
 	return atomic_exchange(&force_ref, on);
+}
+
+int kv_attn_exact_packed(int on)
+{
+	return atomic_exchange(&exact_packed, on);
 }
 
 static int use_simd(uint32_t d)
@@ -64,6 +70,22 @@ kv_exp_fn kv_attn_exp_kernel(void)
 	return use_simd(8) ? kv_exp_avx2 : NULL;
 }
 
+/* The AVX2 integer kernels take q4 pages with d 64 or 128 (attn_q_avx2.c). */
+static int use_q(uint32_t fmt, uint32_t d)
+{
+	return fmt == KV_FMT_Q4 && (d == 64 || d == 128) && use_simd(d) && !atomic_load(&exact_packed);
+}
+
+kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d)
+{
+	return use_q(fmt, d) ? kv_score_q_avx2 : NULL;
+}
+
+kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d)
+{
+	return use_q(fmt, d) ? kv_accum_q_avx2 : NULL;
+}
+
 kv_max_fn kv_attn_max_kernel(void)
 {
 	return use_simd(8) ? kv_max_avx2 : NULL;
@@ -88,11 +110,123 @@ kv_exp_fn kv_attn_exp_kernel(void)
 	return NULL;
 }
 
+kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d)
+{
+	(void)fmt;
+	(void)use_simd(d);
+	return NULL;
+}
+
+kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d)
+{
+	(void)fmt;
+	(void)use_simd(d);
+	return NULL;
+}
+
 kv_max_fn kv_attn_max_kernel(void)
 {
 	return NULL;
 }
 #endif
+
+/* ---- packed pages on integer codes (attn_impl.h) ----------------------------- */
+
+/* Code c of a packed row. */
+static inline int32_t code_at(uint32_t bits, const uint8_t *row, uint32_t c)
+{
+	return (row[c * bits / 8] >> (c * bits % 8)) & ((1 << bits) - 1);
+}
+
+static inline float half(uint16_t h)
+{
+	float x;
+
+	kv_tier_kernels_ref()->f16_load(&h, &x, 1);
+	return x;
+}
+
+void kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q, uint32_t nq,
+		    float scale, float *logit, size_t stride)
+{
+	const uint16_t *ps = kreg, *pm = ps + d;
+	const size_t rb = (size_t)d * bits / 8;
+	const uint8_t *codes = (const uint8_t *)(pm + d) + j0 * rb;
+
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *qh = q + (size_t)h * d;
+		float amax = 0.0f, base = 0.0f, inv, r;
+		int32_t qi[512];
+
+		for (uint32_t c = 0; c < d; c++) {
+			float qs = qh[c] * half(ps[c]);
+
+			amax = fabsf(qs) > amax ? fabsf(qs) : amax;
+			base += qh[c] * half(pm[c]);
+		}
+		r = amax / KV_Q_QMAX;
+		inv = amax > 0.0f ? KV_Q_QMAX / amax : 0.0f;
+		for (uint32_t c = 0; c < d; c++)
+			qi[c] = (int32_t)lrintf(qh[c] * half(ps[c]) * inv);
+		for (uint32_t i = 0; i < n; i++) {
+			int32_t isum = 0;
+
+			for (uint32_t c = 0; c < d; c++)
+				isum += qi[c] * code_at(bits, codes + i * rb, c);
+			logit[(size_t)h * stride + i] = scale * (base + r * (float)isum);
+		}
+	}
+}
+
+void kv_accum_q_ref(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
+		    const float *w, size_t stride, uint32_t nq, float *out)
+{
+	const uint32_t ng = d / 32;
+	const size_t rb = (size_t)d * bits / 8;
+	const uint16_t *par = (const uint16_t *)vreg + (size_t)j0 * ng * 2;
+	const uint8_t *codes = (const uint8_t *)((const uint16_t *)vreg + (size_t)cap * ng * 2) + j0 * rb;
+
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *wh = w + (size_t)h * stride;
+		int any = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			any |= wh[i] > 0.0f;
+		if (!any)
+			continue;
+		for (uint32_t g = 0; g < ng; g++) {
+			float bias = 0.0f, acc[32] = { 0 };
+
+			for (uint32_t i = 0; i < n; i++)
+				if (wh[i] > 0.0f)
+					bias += wh[i] * half(par[((size_t)i * ng + g) * 2 + 1]);
+			for (uint32_t i0 = 0; i0 < n; i0 += KV_Q_SUB) {
+				uint32_t m = n - i0 < KV_Q_SUB ? n - i0 : KV_Q_SUB;
+				float u[KV_Q_SUB], umax = 0.0f, inv;
+				int32_t ui[KV_Q_SUB];
+
+				for (uint32_t i = 0; i < m; i++) {
+					float wi = wh[i0 + i] > 0.0f ? wh[i0 + i] : 0.0f;
+
+					u[i] = wi * half(par[((size_t)(i0 + i) * ng + g) * 2]);
+					umax = u[i] > umax ? u[i] : umax;
+				}
+				inv = umax > 0.0f ? 127.0f / umax : 0.0f;
+				for (uint32_t i = 0; i < m; i++)
+					ui[i] = (int32_t)lrintf(u[i] * inv);
+				for (uint32_t c = 0; c < 32; c++) {
+					int32_t isum = 0;
+
+					for (uint32_t i = 0; i < m; i++)
+						isum += ui[i] * code_at(bits, codes + (i0 + i) * rb, 32 * g + c);
+					acc[c] += umax / 127.0f * (float)isum;
+				}
+			}
+			for (uint32_t c = 0; c < 32; c++)
+				out[(size_t)h * d + 32 * g + c] += acc[c] + bias;
+		}
+	}
+}
 
 /* ---- attention -------------------------------------------------------------- */
 
@@ -118,16 +252,24 @@ static float bound(const float *q, const float *kmin, const float *kmax, uint32_
 	return s;
 }
 
+static uint32_t packed_bits(uint32_t fmt)
+{
+	return fmt == KV_FMT_Q2 ? 2 : 4;
+}
+
 /* Scores the slots of one page into logit[h * n + off + j]; updates max[h]. */
 static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
 		       float scale, float *logit, uint32_t n, uint32_t off, float *max)
 {
 	float kbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
 	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d), f32 = kv_attn_score_kernel(KV_FMT_F32, d);
+	kv_score_q_fn qk = kv_attn_score_q_kernel(pg->fmt, d);
 
-	if (fast || f32) {
+	if (fast || f32 || qk) {
 		if (fast) {
 			fast(pg->k, pg->n_used, d, q, nq, scale, logit + off, n);
+		} else if (qk) {
+			qk(packed_bits(pg->fmt), pg->k, 0, pg->n_used, d, q, nq, scale, logit + off, n);
 		} else {
 			for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
 				uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE;
@@ -248,11 +390,23 @@ static int accum_page(const struct kv_page *pg, uint32_t d, const float *w, size
 {
 	float vbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
 	kv_accum_fn fast = kv_attn_accum_kernel(pg->fmt, d), f32 = kv_attn_accum_kernel(KV_FMT_F32, d);
+	kv_accum_q_fn qv = kv_attn_accum_q_kernel(pg->fmt, d);
 	int any = 0;
 
 	if (fast) {
 		fast(pg->v, pg->n_used, d, w, n, nq, o);
 		return 1;
+	}
+	if (qv) {
+		for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_Q_TILE) {
+			uint32_t m = pg->n_used - j0 < KV_Q_TILE ? pg->n_used - j0 : KV_Q_TILE;
+
+			if (!any_weight(w, n, nq, j0, m))
+				continue;
+			any = 1;
+			qv(packed_bits(pg->fmt), pg->v, pg->cap, j0, m, d, w + j0, n, nq, o);
+		}
+		return any;
 	}
 	if (f32) {
 		for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {

@@ -21,6 +21,41 @@ typedef float (*kv_exp_fn)(float *l, uint32_t n, float max);
 /* The largest of m and l[0..n). */
 typedef float (*kv_max_fn)(const float *l, uint32_t n, float m);
 
+/* Packed (q4/q2) pages are scored and summed on their integer codes, never
+ * turned into float rows. Keys k_jc = m_c + s_c code_jc (per-channel s, m)
+ * give q·k_j = Σ_c q_c m_c + Σ_c (q_c s_c) code_jc; the second sum runs on
+ * integers, with q_c s_c rounded per head to 16 bits: qi_c = round(q_c s_c /
+ * r), r = max_c |q_c s_c| / KV_Q_QMAX. Values v_jc = m_jg + s_jg code_jc (per
+ * row and group g of 32 channels) give Σ_j w_j v_jc = Σ_j w_j m_jg + Σ_j (w_j
+ * s_jg) code_jc, with w_j s_jg rounded to 8 bits per head, group and sub-tile
+ * of KV_Q_SUB rows: ui_j = round(w_j s_jg / r), r = max w_j s_jg / 127 over
+ * the sub-tile. Each rounding moves a term by at most r/2 per code step; the
+ * tests hold the results to that bound and the error to a small part of the
+ * 4-bit codes' own. d % 32 == 0; the AVX2 versions take q4 pages with d 64
+ * or 128.
+ *
+ * score_q: logit[h*stride + i] = scale * q_h · k_{j0+i} for i < n, rows of a
+ *          packed K region (tier.h layout).
+ * accum_q: out_h += Σ_{i<n} w[h*stride + i] v_{j0+i} for rows of a packed V
+ *          region of cap slots; n <= KV_Q_TILE, weights <= 0 count as 0. */
+#define KV_Q_QMAX 32767.0f
+#define KV_Q_TILE 64
+#define KV_Q_SUB 16     /* 8 pairs of rows of at most 2 * 15 * 127: within int16 */
+#define KV_Q_MAX_NG 4   /* value groups of the AVX2 kernels (d <= 128) */
+typedef void (*kv_score_q_fn)(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+			      uint32_t nq, float scale, float *logit, size_t stride);
+typedef void (*kv_accum_q_fn)(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
+			      const float *w, size_t stride, uint32_t nq, float *out);
+/* The scalar references (tests compare the SIMD versions with them). */
+void kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q, uint32_t nq,
+		    float scale, float *logit, size_t stride);
+void kv_accum_q_ref(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
+		    const float *w, size_t stride, uint32_t nq, float *out);
+void kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+		     uint32_t nq, float scale, float *logit, size_t stride);
+void kv_accum_q_avx2(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
+		     const float *w, size_t stride, uint32_t nq, float *out);
+
 void kv_score_f16_avx2(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
 		       float *logit, size_t stride);
 void kv_score_f32_avx2(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
@@ -40,7 +75,14 @@ kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d);
 /* The softmax kernel (NULL: the scalar loop in attn.c). */
 kv_exp_fn kv_attn_exp_kernel(void);
 kv_max_fn kv_attn_max_kernel(void);
+/* The integer kernels of packed pages (NULL: their rows are dequantized
+ * into float tiles, exactly, and go through the f32 kernels). */
+kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d);
+kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d);
 /* Forces the scalar reference (tests); returns the previous setting. */
 int kv_attn_force_ref(int on);
+/* Keeps packed pages off the integer kernels (tests comparing with exact
+ * dequantized rows); returns the previous setting. */
+int kv_attn_exact_packed(int on);
 
 #endif

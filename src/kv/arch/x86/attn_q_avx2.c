@@ -1,0 +1,308 @@
+/* attn_q_avx2.c - attention over q4 pages on their integer codes, AVX2
+ * versions of kv_score_q_ref / kv_accum_q_ref (attn.c; attn_impl.h says what
+ * they compute). d is 64 or 128.
+ *
+ * The codes are never turned into float rows. 32 bytes of a row (64
+ * channels) split into two registers with one mask and one shift: the low
+ * nibbles (even channels) and the high ones (odd channels). Keys: the two
+ * are interleaved back into channel order and widened to int16, and each
+ * head's 16-bit query is multiplied in with vpmaddwd (pairs summed into
+ * int32). Values: the bytes of two rows are interleaved, so one vpmaddubsw
+ * (unsigned codes by the rows' 8-bit weights) adds both rows' weighted codes
+ * per channel; the 128-bit lanes hold the two 32-channel groups, each with
+ * its own weights, and every 16 rows the int16 sums are scaled into float.
+ * Integer sums are exact, so these give the references' integers; only the
+ * float steps around them (the query's base term, the scaling) round in
+ * another order. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kv/attn_impl.h"
+
+#define QMAX_D 128   /* d is 64 or 128 */
+#define QHEADS 8     /* query heads prepared at once */
+
+static inline float hsum_ps(__m256 v)
+{
+	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+
+	lo = _mm_add_ps(lo, hi);
+	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+	return _mm_cvtss_f32(lo);
+}
+
+static inline float hmax_ps(__m256 v)
+{
+	__m128 r = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+	r = _mm_max_ss(r, _mm_movehdup_ps(r));
+	return _mm_cvtss_f32(r);
+}
+
+/* The codes of 64 channels of a row: e = even channels, o = odd ones. */
+static inline void row_eo(const uint8_t *p, __m256i *e, __m256i *o)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i b = _mm256_loadu_si256((const __m256i *)p);
+
+	*e = _mm256_and_si256(b, m4);
+	*o = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+}
+
+/* The codes of 64 channels of a row as int16, 16 channels per register in
+ * channel order. */
+static inline void row_i16(const uint8_t *p, __m256i x[4])
+{
+	__m256i e, o, lo, hi;
+
+	row_eo(p, &e, &o);
+	lo = _mm256_unpacklo_epi8(e, o);  /* channels 0-15 | 32-47 */
+	hi = _mm256_unpackhi_epi8(e, o);  /* channels 16-31 | 48-63 */
+	x[0] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(lo));
+	x[1] = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(hi));
+	x[2] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(lo, 1));
+	x[3] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(hi, 1));
+}
+
+/* The 16-bit query of one head (16 channels per register, in order) from q
+ * and the page's per-channel s, m; see kv_score_q_ref. */
+static inline void prep_query(const float *q, const float *s, const float *m, uint32_t d, __m256i *qv, float *base,
+			      float *r)
+{
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 vmax = _mm256_setzero_ps(), vb = _mm256_setzero_ps(), inv;
+	float amax;
+
+	for (uint32_t c = 0; c < d; c += 8) {
+		__m256 qc = _mm256_loadu_ps(q + c);
+
+		vmax = _mm256_max_ps(vmax, _mm256_and_ps(absmask, _mm256_mul_ps(qc, _mm256_loadu_ps(s + c))));
+		vb = _mm256_fmadd_ps(qc, _mm256_loadu_ps(m + c), vb);
+	}
+	amax = hmax_ps(vmax);
+	*base = hsum_ps(vb);
+	*r = amax / KV_Q_QMAX;
+	inv = _mm256_set1_ps(amax > 0.0f ? KV_Q_QMAX / amax : 0.0f);
+	for (uint32_t c = 0; c < d; c += 16) {
+		__m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(s + c)), inv));
+		__m256i b = _mm256_cvtps_epi32(
+			_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c + 8), _mm256_loadu_ps(s + c + 8)), inv));
+
+		qv[c / 16] = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
+	}
+}
+
+/* The 8 lane sums of a0..a7 in one vector: lane r = the sum of ar's lanes. */
+static inline __m256i hsum8_epi32(const __m256i a[8])
+{
+	__m256i b0 = _mm256_hadd_epi32(a[0], a[1]), b1 = _mm256_hadd_epi32(a[2], a[3]);
+	__m256i b2 = _mm256_hadd_epi32(a[4], a[5]), b3 = _mm256_hadd_epi32(a[6], a[7]);
+	__m256i c0 = _mm256_hadd_epi32(b0, b1), c1 = _mm256_hadd_epi32(b2, b3);
+
+	return _mm256_add_epi32(_mm256_permute2x128_si256(c0, c1, 0x20), _mm256_permute2x128_si256(c0, c1, 0x31));
+}
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* kv_score_q_avx2 for nc chunks of 64 channels (a constant where inlined). */
+INLINE void score_q4(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint32_t n, const float *q, uint32_t nq,
+		     float scale, float *logit, size_t stride)
+{
+	const uint32_t d = 64 * nc;
+	const size_t rb = 32 * (size_t)nc;
+	float s[QMAX_D], m[QMAX_D], base[QHEADS], r[QHEADS];
+	__m256i qv[QHEADS][QMAX_D / 16], kb[8][QMAX_D / 16];
+
+	for (uint32_t c = 0; c < d; c += 8) {
+		_mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c))));
+		_mm256_storeu_ps(m + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + d + c))));
+	}
+	for (uint32_t h0 = 0; h0 < nq; h0 += QHEADS) {
+		uint32_t nh = nq - h0 < QHEADS ? nq - h0 : QHEADS;
+
+		for (uint32_t h = 0; h < nh; h++)
+			prep_query(q + (size_t)(h0 + h) * d, s, m, d, qv[h], &base[h], &r[h]);
+		for (uint32_t i0 = 0; i0 < n; i0 += 8) {
+			uint32_t mr = n - i0 < 8 ? n - i0 : 8;
+
+			for (uint32_t i = 0; i < 8; i++)
+				for (uint32_t t = 0; t < nc; t++) {
+					if (i < mr)
+						row_i16(codes + (i0 + i) * rb + 32 * t, &kb[i][4 * t]);
+					else
+						for (int k = 0; k < 4; k++)
+							kb[i][4 * t + k] = _mm256_setzero_si256();
+				}
+			for (uint32_t h = 0; h < nh; h++) {
+				__m256i acc[8];
+				float l[8];
+
+				/* |sum| <= d * 15 * 32767: within int32 */
+				for (uint32_t i = 0; i < 8; i++) {
+					acc[i] = _mm256_madd_epi16(kb[i][0], qv[h][0]);
+					for (uint32_t k = 1; k < 4 * nc; k++)
+						acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(kb[i][k], qv[h][k]));
+				}
+				_mm256_storeu_ps(l, _mm256_mul_ps(_mm256_set1_ps(scale),
+								 _mm256_fmadd_ps(_mm256_set1_ps(r[h]),
+										 _mm256_cvtepi32_ps(hsum8_epi32(acc)),
+										 _mm256_set1_ps(base[h]))));
+				memcpy(logit + (size_t)(h0 + h) * stride + i0, l, mr * sizeof(float));
+			}
+		}
+	}
+}
+
+void kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+		     uint32_t nq, float scale, float *logit, size_t stride)
+{
+	const uint16_t *ps = kreg;
+	const uint8_t *codes = (const uint8_t *)(ps + 2 * d) + (size_t)j0 * d / 2;
+
+	(void)bits; /* 4 */
+	if (d == 64)
+		score_q4(1, ps, codes, n, q, nq, scale, logit, stride);
+	else
+		score_q4(2, ps, codes, n, q, nq, scale, logit, stride);
+}
+
+/* Sixteen weights as bytes (row order) from two vectors of 8 floats in [0, 127.5). */
+static inline __m128i bytes16(__m256 u0, __m256 u1)
+{
+	__m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_cvtps_epi32(u0), _mm256_cvtps_epi32(u1)), 0xd8);
+
+	return _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+
+/* kv_accum_q_avx2 for nc chunks of 64 channels (a constant where inlined). */
+INLINE void accum_q4(uint32_t nc, const uint16_t *par, const uint8_t *codes, uint32_t n, const float *w, size_t stride,
+		     uint32_t nq, float *out)
+{
+	const uint32_t d = 64 * nc, ng = 2 * nc, np = (n + 1) / 2, nv = (n + 7) / 8;
+	const size_t rb = 32 * (size_t)nc;
+	float sp[KV_Q_MAX_NG][KV_Q_TILE], mp[KV_Q_MAX_NG][KV_Q_TILE];
+	/* rows 2p and 2p + 1 byte-interleaved: [0] even channels of the low 8
+	 * bytes of each lane, [1] of the high 8, [2] and [3] odd channels */
+	__m256i ilv[KV_Q_TILE / 2][KV_Q_MAX_NG / 2][4];
+
+	for (uint32_t g = 0; g < ng; g++)
+		for (uint32_t i = 0; i < nv * 8; i++) {
+			sp[g][i] = i < n ? _cvtsh_ss(par[((size_t)i * ng + g) * 2]) : 0.0f;
+			mp[g][i] = i < n ? _cvtsh_ss(par[((size_t)i * ng + g) * 2 + 1]) : 0.0f;
+		}
+	for (uint32_t p = 0; p < np; p++)
+		for (uint32_t t = 0; t < nc; t++) {
+			__m256i ea, oa, eb = _mm256_setzero_si256(), ob = _mm256_setzero_si256();
+
+			row_eo(codes + 2 * p * rb + 32 * t, &ea, &oa);
+			if (2 * p + 1 < n)
+				row_eo(codes + (2 * p + 1) * rb + 32 * t, &eb, &ob);
+			ilv[p][t][0] = _mm256_unpacklo_epi8(ea, eb);
+			ilv[p][t][1] = _mm256_unpackhi_epi8(ea, eb);
+			ilv[p][t][2] = _mm256_unpacklo_epi8(oa, ob);
+			ilv[p][t][3] = _mm256_unpackhi_epi8(oa, ob);
+		}
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *wh = w + (size_t)h * stride;
+		__m256 wv[KV_Q_TILE / 8];
+		int any = 0;
+
+		for (uint32_t v = 0; v < nv; v++) {
+			__m256 x;
+
+			if (8 * v + 8 <= n) {
+				x = _mm256_loadu_ps(wh + 8 * v);
+			} else {
+				float t8[8] = { 0 };
+
+				memcpy(t8, wh + 8 * v, (n - 8 * v) * sizeof(float));
+				x = _mm256_loadu_ps(t8);
+			}
+			wv[v] = _mm256_max_ps(x, _mm256_setzero_ps()); /* NaN and negatives: 0 */
+			any |= _mm256_movemask_ps(_mm256_cmp_ps(wv[v], _mm256_setzero_ps(), _CMP_GT_OQ));
+		}
+		if (!any)
+			continue;
+		for (uint32_t t = 0; t < nc; t++) {
+			float bb[2];
+			__m256 acc[8];
+
+			for (int k = 0; k < 2; k++) {
+				__m256 vb = _mm256_setzero_ps();
+
+				for (uint32_t v = 0; v < nv; v++)
+					vb = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(mp[2 * t + k] + 8 * v), vb);
+				bb[k] = hsum_ps(vb);
+			}
+			for (int k = 0; k < 8; k++)
+				acc[k] = _mm256_setzero_ps();
+			/* sub-tiles of 16 rows (8 pairs), each with its own weight scale */
+			for (uint32_t v = 0; v < nv; v += 2) {
+				float rr[2];
+				__m128i ub[2];
+				__m256i W, a16[4];
+				uint32_t p0 = 4 * v;
+
+				for (int k = 0; k < 2; k++) {
+					const float *sg = sp[2 * t + k] + 8 * v;
+					__m256 u0 = _mm256_mul_ps(wv[v], _mm256_loadu_ps(sg));
+					__m256 u1 = v + 1 < nv ? _mm256_mul_ps(wv[v + 1], _mm256_loadu_ps(sg + 8)) : _mm256_setzero_ps();
+					float umax = hmax_ps(_mm256_max_ps(u0, u1));
+					__m256 inv = _mm256_set1_ps(umax > 0.0f ? 127.0f / umax : 0.0f);
+
+					rr[k] = umax / 127.0f;
+					ub[k] = bytes16(_mm256_mul_ps(u0, inv), _mm256_mul_ps(u1, inv));
+				}
+				if (!(rr[0] > 0.0f) && !(rr[1] > 0.0f))
+					continue;
+				W = _mm256_set_m128i(ub[1], ub[0]);
+				for (int k = 0; k < 4; k++)
+					a16[k] = _mm256_setzero_si256();
+				for (uint32_t p = p0; p < np && p < p0 + 8; p++) {
+					uint32_t b = 2 * (p - p0);
+					__m256i wp = _mm256_shuffle_epi8(W, _mm256_set1_epi16((int16_t)(((b + 1) << 8) | b)));
+
+					for (int k = 0; k < 4; k++)
+						a16[k] = _mm256_add_epi16(a16[k], _mm256_maddubs_epi16(ilv[p][t][k], wp));
+				}
+				/* to channel order: x[k] holds channels 8k..8k+7 in its low
+				 * lane (group 2t) and 32+8k.. in its high one (group 2t + 1) */
+				{
+					__m256i x[4] = { _mm256_unpacklo_epi16(a16[0], a16[2]), _mm256_unpackhi_epi16(a16[0], a16[2]),
+							 _mm256_unpacklo_epi16(a16[1], a16[3]), _mm256_unpackhi_epi16(a16[1], a16[3]) };
+					__m256 r0 = _mm256_set1_ps(rr[0]), r1 = _mm256_set1_ps(rr[1]);
+
+					for (int k = 0; k < 4; k++) {
+						acc[k] = _mm256_fmadd_ps(
+							_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(x[k]))), r0, acc[k]);
+						acc[4 + k] = _mm256_fmadd_ps(
+							_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(x[k], 1))), r1,
+							acc[4 + k]);
+					}
+				}
+			}
+			for (int k = 0; k < 8; k++) {
+				float *o = out + (size_t)h * d + 64 * t + (k < 4 ? 8 * k : 32 + 8 * (k - 4));
+
+				_mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o),
+								  _mm256_add_ps(acc[k], _mm256_set1_ps(bb[k / 4]))));
+			}
+		}
+	}
+}
+
+void kv_accum_q_avx2(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
+		     const float *w, size_t stride, uint32_t nq, float *out)
+{
+	const uint32_t ng = d / 32;
+	const uint16_t *par = (const uint16_t *)vreg + (size_t)j0 * ng * 2;
+	const uint8_t *codes = (const uint8_t *)((const uint16_t *)vreg + (size_t)cap * ng * 2) + (size_t)j0 * d / 2;
+
+	(void)bits; /* 4 */
+	if (d == 64)
+		accum_q4(1, par, codes, n, w, stride, nq, out);
+	else
+		accum_q4(2, par, codes, n, w, stride, nq, out);
+}
