@@ -1200,23 +1200,22 @@ static void test_completion_off(void **state)
  * point away: with the policy's skip margin the cold page is skipped
  * (pages_skipped grows) and the output stays within the bound above of the
  * unskipped one. A cold page whose bound comes near the max is read. */
-static void test_cold_skip(void **state)
+static void cold_skip_case(uint32_t d)
 {
-	const uint32_t d = 16, nq = 2;
+	const uint32_t nq = 2;
 	struct tkv_kv_policy_params p = params_for(TKV_POLICY_TIERED);
 	struct kv_cfg c;
 	struct kv_pool_params pp = kv_pool_default_params();
 	struct kv_pool *pool = NULL;
 	struct kv_seq *s = NULL;
 	struct kv_stream *st;
-	static float K[64 * 16], V[64 * 16];
+	static float K[64 * 64], V[64 * 64];
 	int32_t pos[64];
-	float q[2 * 16], out0[2 * 16], out1[2 * 16], logit[2 * 128], qrot[32], orot[32], att0[128], att1[128];
-	float u[16];
+	float q[2 * 64], out0[2 * 64], out1[2 * 64], logit[2 * 128], qrot[2 * 64], orot[2 * 64], att0[128], att1[128];
+	float u[64];
 	double maxv = 0.0;
 	int why;
 
-	(void)state;
 	assert_int_equal(kv_cfg_init(&c, &p, d, nq, KV_FMT_F16, 16, NULL), TKV_OK);
 	assert_true(c.skip > 0.0f);
 	p.cold_skip = 0;
@@ -1235,7 +1234,7 @@ static void test_cold_skip(void **state)
 	/* hot: 16 keys = 10 u + noise */
 	assert_int_equal(kv_seq_reserve(s, 16, NULL), TKV_OK);
 	for (uint32_t t = 0; t < 16; t++) {
-		float k[16], v[16];
+		float k[64], v[64];
 
 		for (uint32_t i = 0; i < d; i++) {
 			k[i] = 10.0f * u[i] + 0.1f * tu_rng_gauss();
@@ -1295,7 +1294,7 @@ static void test_cold_skip(void **state)
 			.orot = orot, .att = att1, .out = out1,
 		};
 		uint64_t sk0 = st->pages_skipped;
-		float out2[32];
+		float out2[2 * 64];
 
 		for (uint32_t t = 0; t < 8; t++) {
 			for (uint32_t i = 0; i < d; i++)
@@ -1317,6 +1316,15 @@ static void test_cold_skip(void **state)
 	}
 	kv_seq_free(s);
 	kv_pool_free(pool);
+}
+
+/* d 16 goes through the row kernels; d 64 through the integer kernels of q4
+ * pages where the CPU has them (their own bound check). */
+static void test_cold_skip(void **state)
+{
+	(void)state;
+	cold_skip_case(16);
+	cold_skip_case(64);
 }
 
 /* Cold skipping through the whole machinery: keys drift from -u to +u at

@@ -2248,9 +2248,9 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
 	/* keys */
 	for (uint32_t i = 0; i < 9 * 70; i++)
 		logit[i] = logit2[i] = -5.0f;
-	kv_score_q_ref(4, kreg, j0, n, d, q, nq, scale, logit, stride);
+	assert_int_equal(kv_score_q_ref(4, kreg, j0, n, d, q, nq, scale, logit, stride, NULL), 1);
 	if (fs)
-		fs(4, kreg, j0, n, d, q, nq, scale, logit2, stride);
+		assert_int_equal(fs(4, kreg, j0, n, d, q, nq, scale, logit2, stride, NULL), 1);
 	for (uint32_t h = 0; h < nq; h++) {
 		const float *qh = q + (size_t)h * d;
 		double amax = 0.0, mag = 0.0;
@@ -2285,6 +2285,42 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
 			e->score_fmt += (exact - orig) * (exact - orig);
 			e->n_score++;
 		}
+	}
+
+	/* skipping: never while some row of the page (any row, not only those
+	 * asked for) reaches lim; always once every head's bound is below it */
+	{
+		float lo[9], hi[9], l3[9 * 70];
+
+		for (uint32_t h = 0; h < nq; h++) {
+			const float *qh = q + (size_t)h * d;
+			double best = -INFINITY, bnd = 0.0;
+
+			for (uint32_t j = 0; j < cap; j++) {
+				double sc = 0.0;
+
+				for (uint32_t c = 0; c < d; c++)
+					sc += (double)qh[c] * Kd[(size_t)j * d + c];
+				best = fmax(best, sc * scale);
+			}
+			for (uint32_t c = 0; c < d; c++)
+				bnd += (double)qh[c] * f16_at(kreg, d + c) + fmax(15.0 * qh[c] * f16_at(kreg, c), 0.0);
+			bnd *= scale;
+			assert_true(best <= bnd + 1e-4 * fabs(bnd) + 1e-4);
+			lo[h] = (float)(best - 1e-3);
+			hi[h] = (float)(bnd + 1e-3 + 1e-4 * fabs(bnd));
+		}
+		for (uint32_t i = 0; i < 9 * 70; i++)
+			l3[i] = -5.0f;
+		assert_int_equal(kv_score_q_ref(4, kreg, j0, n, d, q, nq, scale, l3, stride, hi), 0);
+		if (fs)
+			assert_int_equal(fs(4, kreg, j0, n, d, q, nq, scale, l3, stride, hi), 0);
+		for (uint32_t i = 0; i < 9 * 70; i++)
+			assert_true(l3[i] == -5.0f); /* skipped: nothing written */
+		hi[nq - 1] = lo[nq - 1];          /* one head still reaches it */
+		assert_int_equal(kv_score_q_ref(4, kreg, j0, n, d, q, nq, scale, l3, stride, hi), 1);
+		if (fs)
+			assert_int_equal(fs(4, kreg, j0, n, d, q, nq, scale, l3, stride, lo), 1);
 	}
 
 	/* values */
@@ -2336,7 +2372,8 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
  * of the roundings of the reference, the SIMD version gives the reference's
  * numbers, and over all of it the integer error is small next to the error
  * of the 4-bit codes themselves (RMS at most a fifth: the two add in
- * quadrature, so at most +2%). */
+ * quadrature, so at most +2%). The page bound of the skipping check holds
+ * for every row and decides alike in both versions. */
 static void test_attn_q_kernels(void **state)
 {
 	static const struct { uint32_t j0, n; } rows[] = {

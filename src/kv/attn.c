@@ -146,13 +146,29 @@ static inline float half(uint16_t h)
 	return x;
 }
 
-void kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q, uint32_t nq,
-		    float scale, float *logit, size_t stride)
+int kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q, uint32_t nq,
+		   float scale, float *logit, size_t stride, const float *lim)
 {
 	const uint16_t *ps = kreg, *pm = ps + d;
 	const size_t rb = (size_t)d * bits / 8;
 	const uint8_t *codes = (const uint8_t *)(pm + d) + j0 * rb;
+	const float L = (float)((1u << bits) - 1);
 
+	for (uint32_t h = 0; lim && h < nq; h++) {
+		const float *qh = q + (size_t)h * d;
+		float b = 0.0f, mag = 0.0f;
+
+		for (uint32_t c = 0; c < d; c++) {
+			float qm = qh[c] * half(pm[c]), qs = L * (qh[c] * half(ps[c]));
+
+			b += qm + (qs > 0.0f ? qs : 0.0f);
+			mag += fabsf(qm) + fabsf(qs);
+		}
+		if (!(scale * (b + KV_Q_BOUND_SLACK * mag) < lim[h]))
+			lim = NULL;
+	}
+	if (lim)
+		return 0;
 	for (uint32_t h = 0; h < nq; h++) {
 		const float *qh = q + (size_t)h * d;
 		float amax = 0.0f, base = 0.0f, inv, r;
@@ -176,6 +192,7 @@ void kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, ui
 			logit[(size_t)h * stride + i] = scale * (base + r * (float)isum);
 		}
 	}
+	return 1;
 }
 
 void kv_accum_q_ref(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
@@ -257,19 +274,38 @@ static uint32_t packed_bits(uint32_t fmt)
 	return fmt == KV_FMT_Q2 ? 2 : 4;
 }
 
-/* Scores the slots of one page into logit[h * n + off + j]; updates max[h]. */
-static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
-		       float scale, float *logit, uint32_t n, uint32_t off, float *max)
+/* Whether a cold page can matter: false when, for every head, the bound of
+ * its keys' scores is below lim[h]. */
+static int page_can_matter(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, float scale,
+			   const float *lim)
+{
+	float kmin[KV_ATTN_MAX_D], kmax[KV_ATTN_MAX_D];
+
+	kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, d, pg->n_used, kmin, kmax);
+	for (uint32_t h = 0; h < nq; h++)
+		if (!(scale * bound(q + (size_t)h * d, kmin, kmax, d) < lim[h]))
+			return 1;
+	return 0;
+}
+
+/* Scores the slots of one page into logit[h * n + off + j]; updates max[h].
+ * With lim (cold pages, skipping on), a page that cannot matter (see
+ * kv_score_q_fn) is left unscored: returns 0. */
+static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
+		      float scale, float *logit, uint32_t n, uint32_t off, float *max, const float *lim)
 {
 	float kbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
 	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d), f32 = kv_attn_score_kernel(KV_FMT_F32, d);
 	kv_score_q_fn qk = kv_attn_score_q_kernel(pg->fmt, d);
 
+	if (lim && !qk && !page_can_matter(pg, d, q, nq, scale, lim))
+		return 0;
 	if (fast || f32 || qk) {
 		if (fast) {
 			fast(pg->k, pg->n_used, d, q, nq, scale, logit + off, n);
 		} else if (qk) {
-			qk(packed_bits(pg->fmt), pg->k, 0, pg->n_used, d, q, nq, scale, logit + off, n);
+			if (!qk(packed_bits(pg->fmt), pg->k, 0, pg->n_used, d, q, nq, scale, logit + off, n, lim))
+				return 0;
 		} else {
 			for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
 				uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE;
@@ -286,7 +322,7 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 		if (visible && vmax) { /* decode: every slot is in the past */
 			for (uint32_t h = 0; h < nq; h++)
 				max[h] = vmax(logit + (size_t)h * n + off, pg->n_used, max[h]);
-			return;
+			return 1;
 		}
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			for (uint32_t h = 0; h < nq; h++) {
@@ -298,7 +334,7 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 					max[h] = *l;
 			}
 		}
-		return;
+		return 1;
 	}
 	for (uint32_t j = 0; j < pg->n_used; j++) {
 		const float *k = kbuf;
@@ -320,6 +356,7 @@ static void score_page(const struct kv_page *pg, uint32_t d, const float *q, uin
 				max[h] = l;
 		}
 	}
+	return 1;
 }
 
 /* Rows [j0, j0 + m) of a shared (KV_FMT_REF) page: alpha times the key
@@ -471,7 +508,7 @@ static int accum_ref_page(const struct kv_page *pg, const struct kv_attn_args *a
 void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 {
 	uint32_t n = st->n_tokens, nq = a->nq, off;
-	float max[64], sum[64], kmin[KV_ATTN_MAX_D], kmax[KV_ATTN_MAX_D];
+	float max[64], sum[64];
 	kv_exp_fn sum_exp = kv_attn_exp_kernel();
 	int have_rot = 0;
 
@@ -496,7 +533,7 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 			score_ref_page(pg, a, d, a->logit, n, off, max);
 		else if (kv_fmt_tier(pg->fmt) != KV_TIER_COLD)
 			score_page(pg, d, (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q, nq, a->qpos, a->scale,
-				   a->logit, n, off, max);
+				   a->logit, n, off, max, NULL);
 		off += pg->n_used;
 	}
 	/* pass 1b: cold pages, skipped when their bound cannot matter */
@@ -506,21 +543,16 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 		const float *q = (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q;
 
 		if (kv_fmt_tier(pg->fmt) == KV_TIER_COLD) {
-			int skip = a->skip > 0.0f && pg->n_used > 0;
+			float lim[64];
 
-			if (skip) {
-				kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, d, pg->n_used, kmin, kmax);
-				for (uint32_t h = 0; h < nq && skip; h++)
-					if (!(a->scale * bound(q + (size_t)h * d, kmin, kmax, d) < max[h] - a->skip))
-						skip = 0;
-			}
-			if (skip) {
+			for (uint32_t h = 0; h < nq; h++)
+				lim[h] = max[h] - a->skip;
+			if (!score_page(pg, d, q, nq, a->qpos, a->scale, a->logit, n, off, max,
+					a->skip > 0.0f && pg->n_used > 0 ? lim : NULL)) {
 				for (uint32_t h = 0; h < nq; h++)
 					for (uint32_t j = 0; j < pg->n_used; j++)
 						a->logit[(size_t)h * n + off + j] = -INFINITY;
 				st->pages_skipped++;
-			} else {
-				score_page(pg, d, q, nq, a->qpos, a->scale, a->logit, n, off, max);
 			}
 		}
 		off += pg->n_used;

@@ -35,24 +35,30 @@ typedef float (*kv_max_fn)(const float *l, uint32_t n, float m);
  * or 128.
  *
  * score_q: logit[h*stride + i] = scale * q_h · k_{j0+i} for i < n, rows of a
- *          packed K region (tier.h layout).
+ *          packed K region (tier.h layout); returns 1. With lim not NULL,
+ *          when for every head the page's bound - the most scale * q_h · k
+ *          can be for keys within the quantization range, [m_c, m_c + L s_c]
+ *          per channel (L = 2^bits - 1), with the float rounding of its sum
+ *          added - is below lim[h], it writes nothing and returns 0: the
+ *          page cannot matter (Quest-style skipping of cold pages).
  * accum_q: out_h += Σ_{i<n} w[h*stride + i] v_{j0+i} for rows of a packed V
  *          region of cap slots; n <= KV_Q_TILE, weights <= 0 count as 0. */
 #define KV_Q_QMAX 32767.0f
+#define KV_Q_BOUND_SLACK 1e-5f  /* of the sum of the bound's magnitudes */
 #define KV_Q_TILE 64
 #define KV_Q_SUB 16     /* 8 pairs of rows of at most 2 * 15 * 127: within int16 */
 #define KV_Q_MAX_NG 4   /* value groups of the AVX2 kernels (d <= 128) */
-typedef void (*kv_score_q_fn)(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-			      uint32_t nq, float scale, float *logit, size_t stride);
+typedef int (*kv_score_q_fn)(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+			     uint32_t nq, float scale, float *logit, size_t stride, const float *lim);
 typedef void (*kv_accum_q_fn)(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
 			      const float *w, size_t stride, uint32_t nq, float *out);
 /* The scalar references (tests compare the SIMD versions with them). */
-void kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q, uint32_t nq,
-		    float scale, float *logit, size_t stride);
+int kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q, uint32_t nq,
+		   float scale, float *logit, size_t stride, const float *lim);
 void kv_accum_q_ref(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
 		    const float *w, size_t stride, uint32_t nq, float *out);
-void kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-		     uint32_t nq, float scale, float *logit, size_t stride);
+int kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+		    uint32_t nq, float scale, float *logit, size_t stride, const float *lim);
 void kv_accum_q_avx2(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
 		     const float *w, size_t stride, uint32_t nq, float *out);
 

@@ -155,17 +155,44 @@ INLINE void score_q4(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint
 	}
 }
 
-void kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-		     uint32_t nq, float scale, float *logit, size_t stride)
+/* Whether some head's bound of the page's scores reaches lim[h] (see
+ * kv_score_q_ref): q·k <= Σ q_c m_c + Σ max(15 q_c s_c, 0). */
+static int page_matters(const uint16_t *ps, uint32_t d, const float *q, uint32_t nq, float scale, const float *lim)
+{
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), L = _mm256_set1_ps(15.0f);
+
+	for (uint32_t h = 0; h < nq; h++) {
+		const float *qh = q + (size_t)h * d;
+		__m256 vb = _mm256_setzero_ps(), vmag = _mm256_setzero_ps();
+
+		for (uint32_t c = 0; c < d; c += 8) {
+			__m256 qc = _mm256_loadu_ps(qh + c);
+			__m256 qm = _mm256_mul_ps(qc, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + d + c))));
+			__m256 qs = _mm256_mul_ps(L, _mm256_mul_ps(qc, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c)))));
+
+			vb = _mm256_add_ps(vb, _mm256_add_ps(qm, _mm256_max_ps(qs, _mm256_setzero_ps())));
+			vmag = _mm256_add_ps(vmag, _mm256_add_ps(_mm256_and_ps(absmask, qm), _mm256_and_ps(absmask, qs)));
+		}
+		if (!(scale * (hsum_ps(vb) + KV_Q_BOUND_SLACK * hsum_ps(vmag)) < lim[h]))
+			return 1;
+	}
+	return 0;
+}
+
+int kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+		    uint32_t nq, float scale, float *logit, size_t stride, const float *lim)
 {
 	const uint16_t *ps = kreg;
 	const uint8_t *codes = (const uint8_t *)(ps + 2 * d) + (size_t)j0 * d / 2;
 
 	(void)bits; /* 4 */
+	if (lim && !page_matters(ps, d, q, nq, scale, lim))
+		return 0;
 	if (d == 64)
 		score_q4(1, ps, codes, n, q, nq, scale, logit, stride);
 	else
 		score_q4(2, ps, codes, n, q, nq, scale, logit, stride);
+	return 1;
 }
 
 /* Sixteen weights as bytes (row order) from two vectors of 8 floats in [0, 127.5). */
