@@ -1925,6 +1925,32 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 				assert_true(ent2 == ent);
 			}
 		}
+		/* q4 pages on their integer kernels (where the CPU has them): the
+		 * same masking and page order, values within the kernels' small
+		 * error (test_attn_q_kernels bounds it), weights still summing to 1 */
+		if (kv_attn_score_q_kernel(KV_FMT_Q4, hd)) {
+			float out3[AT_MAX_Q * 64];
+			static float att3[AT_MAX_T];
+			double sum3 = 0.0;
+
+			a.skip = 0.0f;
+			a.out = out3;
+			a.att = att3;
+			a.entropy = NULL;
+			kv_attn_exact_packed(0);
+			kv_attn(st, hd, &a);
+			kv_attn_exact_packed(1);
+			for (uint32_t i = 0; i < nq * hd; i++)
+				if (!(fabs(out3[i] - out[i]) <= 0.02 * M))
+					fail_msg("d %u qpos %d: integer kernels give out[%u] = %.9g, exact %.9g", hd, qpos, i,
+						 (double)out3[i], (double)out[i]);
+			for (uint32_t t = 0; t < T; t++) {
+				if (spos[t] > qpos)
+					assert_true(att3[t] == 0.0f);
+				sum3 += att3[t];
+			}
+			assert_true(fabs(sum3 - (n_vis ? nq : 0)) <= nq * TOL_ATT_SUM);
+		}
 	}
 	kv_seq_free(s);
 	kv_pool_free(pool);

@@ -5,9 +5,10 @@
  * Full-precision and warm pages go first; a cold page is then skipped when
  * its per-channel key bounds prove that no slot in it can come within `skip`
  * (in logits) of the best score seen, for every head: its softmax weight
- * would be below e^-skip of the maximum. Pass 2 normalizes and accumulates
- * values, decoding each value row once. Rotated pages are scored with R q and
- * their values are summed in the rotated space, then rotated back once.
+ * would be below e^-skip of the maximum. Pass 2 accumulates values with the
+ * softmax numerators, decoding each value row once, and divides by their sum
+ * at the end. Rotated pages are scored with R q and their values are summed
+ * in the rotated space, then rotated back once.
  *
  * Full-precision pages have their own SIMD kernels; q4 pages are scored and
  * summed on their integer codes (attn_impl.h); other quantized pages are
@@ -508,7 +509,7 @@ static int accum_ref_page(const struct kv_page *pg, const struct kv_attn_args *a
 void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 {
 	uint32_t n = st->n_tokens, nq = a->nq, off;
-	float max[64], sum[64];
+	float max[64], sum[64], inv[64];
 	kv_exp_fn sum_exp = kv_attn_exp_kernel();
 	int have_rot = 0;
 
@@ -558,7 +559,8 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 		off += pg->n_used;
 	}
 
-	/* softmax per head */
+	/* softmax per head; the weights stay unnormalized (numerators) until
+	 * the end: a pass over them saved */
 	for (uint32_t h = 0; h < nq; h++) {
 		float *l = a->logit + (size_t)h * n;
 
@@ -571,18 +573,17 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 				sum[h] += l[i];
 			}
 		}
-		if (sum[h] > 0.0f) {
-			float inv = 1.0f / sum[h];
-
-			for (uint32_t i = 0; i < n; i++)
-				l[i] *= inv;
-		}
+		inv[h] = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;
 		if (a->entropy) {
 			double e = 0.0;
 
 			for (uint32_t i = 0; i < n; i++)
-				if (l[i] > 0.0f)
-					e -= (double)l[i] * log((double)l[i]);
+				if (l[i] > 0.0f) {
+					double w = (double)(l[i] * inv[h]);
+
+					if (w > 0.0)
+						e -= w * log(w);
+				}
 			*a->entropy += e;
 		}
 	}
@@ -598,22 +599,32 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 			st->pages_read++;
 		off += pg->n_used;
 	}
-	if (have_rot) {
-		for (uint32_t h = 0; h < nq; h++) {
+	for (uint32_t h = 0; h < nq; h++) {
+		float *o = a->out + (size_t)h * d;
+
+		if (have_rot) {
 			float *r = a->orot + (size_t)h * d;
 
 			kv_unrotate(r, d);
 			for (uint32_t c = 0; c < d; c++)
-				a->out[(size_t)h * d + c] += r[c];
+				o[c] += r[c];
 		}
+		for (uint32_t c = 0; c < d; c++)
+			o[c] *= inv[h];
 	}
 	if (a->att) {
-		for (uint32_t i = 0; i < n; i++) {
-			float s = 0.0f;
+		/* head by head, so the loads run along the rows */
+		if (nq == 0)
+			memset(a->att, 0, n * sizeof(float));
+		for (uint32_t h = 0; h < nq; h++) {
+			const float *l = a->logit + (size_t)h * n;
 
-			for (uint32_t h = 0; h < nq; h++)
-				s += a->logit[(size_t)h * n + i];
-			a->att[i] = s;
+			if (h == 0)
+				for (uint32_t i = 0; i < n; i++)
+					a->att[i] = l[i] * inv[0];
+			else
+				for (uint32_t i = 0; i < n; i++)
+					a->att[i] += l[i] * inv[h];
 		}
 	}
 }
