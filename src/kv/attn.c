@@ -27,12 +27,13 @@
 /* ---- kernel selection ------------------------------------------------------ */
 
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
-static int have_avx2;              /* written once, under kernels_once */
+static int have_avx2, have_vnni;  /* written once, under kernels_once */
 static atomic_int force_ref, exact_packed;
 
 static void detect(void)
 {
 	have_avx2 = kv_arch_has_avx2();
+	have_vnni = kv_arch_has_vnni();
 }
 
 int kv_attn_force_ref(int on)
@@ -79,7 +80,9 @@ static int use_q(uint32_t fmt, uint32_t d)
 
 kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d)
 {
-	return use_q(fmt, d) ? kv_score_q_avx2 : NULL;
+	if (!use_q(fmt, d))
+		return NULL;
+	return have_vnni ? kv_score_q_vnni : kv_score_q_avx2;
 }
 
 kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d)

@@ -45,6 +45,9 @@ const char *kv_tier_arch_select(struct kv_tier_kernels *k);
 /* Whether this CPU (and OS) runs the AVX2/FMA/F16C kernels of src/kv/arch/x86
  * (attention as well as the row kernels); 0 on other architectures. */
 int kv_arch_has_avx2(void);
+/* Whether it also runs AVX512-VNNI on 256-bit registers (AVX512VL), with the
+ * OS saving the AVX-512 state. */
+int kv_arch_has_vnni(void);
 
 /* The references, and the kernels in use (chosen once, at first use; the
  * environment TIERKV_KERNELS=ref keeps the references). */

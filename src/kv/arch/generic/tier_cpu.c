@@ -12,3 +12,8 @@ int kv_arch_has_avx2(void)
 {
 	return 0;
 }
+
+int kv_arch_has_vnni(void)
+{
+	return 0;
+}

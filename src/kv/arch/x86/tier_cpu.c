@@ -26,6 +26,22 @@ int kv_arch_has_avx2(void)
 	return (b & (1u << 5)) != 0; /* AVX2 */
 }
 
+/* CPUID leaf 7: EBX bit 31 (AVX512VL), ECX bit 11 (AVX512-VNNI); XCR0 bits
+ * 5-7 (opmask and ZMM state). */
+int kv_arch_has_vnni(void)
+{
+	unsigned a, b, c, d, lo, hi;
+
+	if (!kv_arch_has_avx2())
+		return 0;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	(void)hi;
+	if ((lo & 0xe6) != 0xe6)
+		return 0;
+	__cpuid_count(7, 0, a, b, c, d);
+	return (b & (1u << 31)) && (c & (1u << 11));
+}
+
 const char *kv_tier_arch_select(struct kv_tier_kernels *k)
 {
 	if (!kv_arch_has_avx2())
