@@ -6,16 +6,7 @@
 #include <math.h>
 
 #include "kv/attn_impl.h"
-
-static inline float hsum(__m256 v)
-{
-	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-
-	lo = _mm_add_ps(lo, hi);
-	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-	return _mm_cvtss_f32(lo);
-}
+#include "util/simd_x86.h"
 
 #define TILE 16   /* rows converted to f32 at once */
 
@@ -64,7 +55,7 @@ static void score_f32(const float *k, uint32_t n, uint32_t d, const float *q, ui
 
 			for (uint32_t c = 0; c < d; c += 8)
 				acc = _mm256_fmadd_ps(_mm256_loadu_ps(r + c), _mm256_loadu_ps(qh + c), acc);
-			lh[j] = scale * hsum(acc);
+			lh[j] = scale * hsum_ps(acc);
 		}
 	}
 }
@@ -229,7 +220,7 @@ float kv_exp_avx2(float *l, uint32_t n, float max)
 		_mm256_storeu_ps(l + i, y);
 		acc = _mm256_add_ps(acc, y);
 	}
-	sum = hsum(acc);
+	sum = hsum_ps(acc);
 	for (; i < n; i++) {
 		l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - max);
 		sum += l[i];
@@ -240,15 +231,11 @@ float kv_exp_avx2(float *l, uint32_t n, float max)
 float kv_max_avx2(const float *l, uint32_t n, float m)
 {
 	__m256 a = _mm256_set1_ps(m);
-	__m128 r;
 	uint32_t i = 0;
 
 	for (; i + 8 <= n; i += 8)
 		a = _mm256_max_ps(_mm256_loadu_ps(l + i), a);
-	r = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-	r = _mm_max_ps(r, _mm_movehl_ps(r, r));
-	r = _mm_max_ss(r, _mm_movehdup_ps(r));
-	m = _mm_cvtss_f32(r);
+	m = hmax_ps(a);
 	for (; i < n; i++)
 		if (l[i] > m)
 			m = l[i];

@@ -9,28 +9,10 @@
 #include <string.h>
 
 #include "kv/attn_impl.h"
+#include "util/simd_x86.h"
 
 #define QMAX_D 128   /* d is 64 or 128 */
 #define QHEADS 8     /* query heads prepared at once */
-
-static inline float hsum_ps(__m256 v)
-{
-	__m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-
-	lo = _mm_add_ps(lo, hi);
-	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-	return _mm_cvtss_f32(lo);
-}
-
-static inline float hmax_ps(__m256 v)
-{
-	__m128 r = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	r = _mm_max_ps(r, _mm_movehl_ps(r, r));
-	r = _mm_max_ss(r, _mm_movehdup_ps(r));
-	return _mm_cvtss_f32(r);
-}
 
 /* The codes of 64 channels of a row: e = even channels, o = odd ones. */
 static inline void row_eo(const uint8_t *p, __m256i *e, __m256i *o)
