@@ -593,7 +593,8 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 			kv_stream_set_used(s, st, pg, n);
 		}
 	} else {
-		/* top up one partial packed page by re-packing it with new slots */
+		/* top up one partial packed page by re-packing it with new slots
+		 * (its slots keep their codes where its grid covers the new ones) */
 		for (uint32_t p = 0; p < st->n_pages && done < n_mv; p++) {
 			struct kv_page *pg = st->pages[p];
 			uint32_t n = pg->n_used, add;
@@ -617,7 +618,7 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 				pg->pos[n + j] = m->pos;
 				pg->score[n + j] = m->score;
 			}
-			kv_tier_pack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
+			kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
 			kv_stream_set_used(s, st, pg, n + add);
 			break;
 		}

@@ -231,8 +231,8 @@ static bool loose(const struct kv_seq *s, const struct kv_stream *st, const stru
  * rotation, b has room), in the pages' own (possibly rotated) space. Per-slot
  * formats copy exactly (f16 and q8 rows decode and re-encode to the same
  * bits); packed ones re-pack b with its slots and the new ones (K and V:
- * scratch for b->cap rows), one more rounding of b's key parameters, as when
- * the policy tops a page up. */
+ * scratch for b->cap rows) on b's grid where it covers them, as when the
+ * policy tops a page up. */
 static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a, struct kv_page *b, uint32_t m,
 		       float *K, float *V)
 {
@@ -243,7 +243,7 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 		kv_tier_load_v_slots(b->fmt, b->v, b->cap, d, 0, nb, V);
 		kv_tier_load_k_slots(a->fmt, a->k, a->cap, d, na, m, K + (size_t)nb * d);
 		kv_tier_load_v_slots(a->fmt, a->v, a->cap, d, na, m, V + (size_t)nb * d);
-		kv_tier_pack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
+		kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
 	} else {
 		float k[KV_SEQ_MAX_D], v[KV_SEQ_MAX_D];
 
@@ -340,6 +340,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 	size_t slack = 0;
 	bool any_partial = false;
 	struct kv_page **fresh = NULL;
+	struct { const struct kv_page *pg; uint32_t first, n; } *src = NULL; /* where slots came from */
 	float *K = NULL, *V = NULL, *score = NULL;
 	int32_t *pos = NULL;
 	int why = TKV_OK;
@@ -367,7 +368,8 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 	V = tkv_malloc(s->alloc, (size_t)T * d * sizeof(float));
 	pos = tkv_malloc(s->alloc, (size_t)T * sizeof *pos);
 	score = tkv_malloc(s->alloc, (size_t)T * sizeof *score);
-	if (!fresh || !K || !V || !pos || !score) {
+	src = tkv_malloc(s->alloc, (size_t)n_loose * sizeof *src);
+	if (!fresh || !K || !V || !pos || !score || !src) {
 		why = TKV_ERR_NOMEM;
 		goto out;
 	}
@@ -381,12 +383,17 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 			goto out;
 	}
 	t = 0;
+	n_loose = 0;
 	for (uint32_t i = 0; i < st->n_pages; i++) {
 		struct kv_page *pg = st->pages[i];
 		uint32_t n = pg->n_used;
 
 		if (!in_group(pg, fmt, rot) || !loose(s, st, pg))
 			continue;
+		/* emptied below, returned only after this call: its grid stays */
+		src[n_loose].pg = pg;
+		src[n_loose].first = t;
+		src[n_loose++].n = n;
 		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K + (size_t)t * d);
 		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V + (size_t)t * d);
 		memcpy(pos + t, pg->pos, n * sizeof *pos);
@@ -400,7 +407,26 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 		uint32_t n = pg->cap < T - t ? pg->cap : T - t;
 
 		if (kv_fmt_packed(fmt)) {
-			kv_tier_pack(fmt, pg->k, pg->v, pg->cap, d, K + (size_t)t * d, V + (size_t)t * d, n);
+			/* on the grid of the page most of these slots come from, so
+			 * they keep their codes where it covers the others */
+			const struct kv_page *donor = NULL;
+			uint32_t best = 0;
+
+			for (uint32_t i = 0; i < n_loose; i++) {
+				uint32_t lo = src[i].first > t ? src[i].first : t;
+				uint32_t hi = src[i].first + src[i].n < t + n ? src[i].first + src[i].n : t + n;
+
+				if (hi > lo && hi - lo > best) {
+					best = hi - lo;
+					donor = src[i].pg;
+				}
+			}
+			if (donor) {
+				kv_tier_copy_params(fmt, pg->k, pg->v, donor->k, donor->v, d);
+				kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K + (size_t)t * d, V + (size_t)t * d, n);
+			} else {
+				kv_tier_pack(fmt, pg->k, pg->v, pg->cap, d, K + (size_t)t * d, V + (size_t)t * d, n);
+			}
 		} else {
 			for (uint32_t k = 0; k < n; k++)
 				kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, k, K + (size_t)(t + k) * d,
@@ -421,6 +447,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 out:
 	for (uint32_t j = 0; j < got; j++)
 		kv_pool_put(s->pool, fresh[j]);
+	tkv_free(s->alloc, src);
 	tkv_free(s->alloc, score);
 	tkv_free(s->alloc, pos);
 	tkv_free(s->alloc, V);
@@ -444,25 +471,32 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 	size_t before = stream_page_bytes(st), after;
 	int rc = TKV_OK;
 
-	for (uint32_t fmt = 0; fmt < KV_FMT_ALL; fmt++) {
-		for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
-			bool any = false;
-			int r;
+	/* whether a group is worth rewriting depends on the stream's total,
+	 * which the other groups' rewrites lower: a second pass settles it, so
+	 * a compaction right after another finds nothing to do */
+	for (size_t pass = 0, was = 0, now = before; now != was && pass < 2; pass++) {
+		was = now;
+		for (uint32_t fmt = 0; fmt < KV_FMT_ALL; fmt++) {
+			for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
+				bool any = false;
+				int r;
 
-			for (uint32_t i = 0; i < st->n_pages && !any; i++)
-				any = in_group(st->pages[i], fmt, rot) && loose(s, st, st->pages[i]);
-			if (!any)
-				continue;
-			/* in place first (no new pages, fewest slots moved), then
-			 * what is left is rewritten if it is worth it */
-			if (pack_in_place(s, st, fmt, rot, &cc))
-				rc = TKV_ERR_NOMEM;
-			r = rebuild(s, st, fmt, rot, &cc);
-			if (r == TKV_ERR_NOMEM)
-				rc = TKV_ERR_NOMEM;
+				for (uint32_t i = 0; i < st->n_pages && !any; i++)
+					any = in_group(st->pages[i], fmt, rot) && loose(s, st, st->pages[i]);
+				if (!any)
+					continue;
+				/* in place first (no new pages, fewest slots moved), then
+				 * what is left is rewritten if it is worth it */
+				if (pack_in_place(s, st, fmt, rot, &cc))
+					rc = TKV_ERR_NOMEM;
+				r = rebuild(s, st, fmt, rot, &cc);
+				if (r == TKV_ERR_NOMEM)
+					rc = TKV_ERR_NOMEM;
+			}
 		}
+		kv_stream_drop_empty(s, st);
+		now = stream_page_bytes(st);
 	}
-	kv_stream_drop_empty(s, st);
 	st->n_small = st->small_slots = 0;
 	for (uint32_t i = 0; i < st->n_pages; i++)
 		if (st->pages[i]->cap < full_cap(s, st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN)) {

@@ -156,8 +156,10 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
  * and the room kv_stream_tail_cap allows a growing stream), new pages taken
  * before the old ones go back (when the pool cannot give them, the group
  * stays as packed in place). Slots keep their positions and
- * scores; per-slot formats move bit for bit, q4/q2 slots are re-packed once
- * with their new page's key parameters. Frozen (shared) pages are left alone.
+ * scores; per-slot formats move bit for bit, q4/q2 slots are re-packed
+ * into each new page on the grid of the page most of them come from
+ * (kv_tier_repack: its slots keep their codes where that grid covers the
+ * others). Frozen (shared) pages are left alone.
  * The slots and bytes moved and the time taken are added to the pool's
  * compaction counters. TKV_ERR_NOMEM when scratch cannot be had: q4/q2 pages
  * then stay as they are, the rest is compacted. */

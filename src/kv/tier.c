@@ -88,6 +88,13 @@ bool kv_fmt_packed(uint32_t fmt)
 	return fmt < KV_FMT_COUNT && traits[fmt].packed;
 }
 
+/* Whether q4/q2 values of head size d are quantized per channel over the
+ * page (like keys) rather than per slot. */
+bool kv_tier_v_per_channel(uint32_t d)
+{
+	return d < V_GROUP;
+}
+
 /* Value groups per slot. */
 static uint32_t n_groups(uint32_t d)
 {
@@ -120,7 +127,7 @@ size_t kv_tier_k_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
 
 size_t kv_tier_v_bytes(uint32_t fmt, uint32_t cap, uint32_t d)
 {
-	if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
+	if ((fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2) && !kv_tier_v_per_channel(d))
 		return (size_t)cap * (4 * (size_t)n_groups(d) + row_bytes(fmt, d));
 	return kv_tier_k_bytes(fmt, cap, d);
 }
@@ -400,6 +407,103 @@ static void minmax(const float *x, int32_t *lo, int32_t *hi, uint32_t n)
 	}
 }
 
+/* ---- q4/q2 per channel over the page: keys, and values of small heads ------- */
+
+/* A per-channel region: f16 scale[d], f16 min[d], codes[cap][row_bytes].
+ * Writes the parameters and codes of n rows X (n >= 1). With keep, a
+ * channel whose n values all code within the range of the parameters the
+ * region has keeps them, so rows that were already on that grid get their
+ * codes back unchanged; the other channels take the smallest parameters
+ * covering their values. */
+static void pack_chan(uint32_t fmt, void *reg, uint32_t d, const float *X, uint32_t n, bool keep)
+{
+	uint32_t bits = traits[fmt].bits;
+	uint16_t *ps = reg, *pm = ps + d;
+	uint8_t *codes = (uint8_t *)reg + 4 * (size_t)d;
+	size_t rb = row_bytes(fmt, d);
+	float L = (float)((1u << bits) - 1);
+
+	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
+		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
+		int32_t lo[CHUNK], hi[CHUNK];
+		float m[CHUNK], inv[CHUNK];
+		uint8_t q[CHUNK];
+		bool in_range = true;
+
+		for (uint32_t c = 0; c < nc; c++)
+			lo[c] = hi[c] = ford(X[c0 + c]);
+		for (uint32_t s = 1; s < n; s++)
+			minmax(X + (size_t)s * d + c0, lo, hi, nc);
+		for (uint32_t c = 0; c < nc; c++) {
+			float flo = ford_inv(lo[c]), fhi = ford_inv(hi[c]);
+
+			if (keep) {
+				float ms = h2f1(pm[c0 + c]), sc = h2f1(ps[c0 + c]), iv = sc > 0.0f ? 1.0f / sc : 0.0f;
+
+				if (sc > 0.0f && asym_in_range(flo, fhi, ms, iv, L)) {
+					m[c] = ms;
+					inv[c] = iv;
+					continue;
+				}
+			}
+			asym_params(flo, fhi, L, &ps[c0 + c], &pm[c0 + c], &m[c], &inv[c]);
+			in_range = in_range && asym_in_range(flo, fhi, m[c], inv[c], L);
+		}
+		for (uint32_t s = 0; s < n; s++) {
+			asym_codes(X + (size_t)s * d + c0, m, inv, L, in_range, q, nc);
+			pack_codes(bits, q, nc, codes + (size_t)s * rb + (size_t)c0 * bits / 8);
+		}
+	}
+}
+
+/* Row `slot` of a per-channel region from x, on the parameters it has
+ * (values outside their range clamp to the nearest end). */
+static void store_chan(uint32_t fmt, void *reg, uint32_t d, uint32_t slot, const float *x)
+{
+	const uint16_t *ps = reg, *pm = ps + d;
+	uint8_t *codes = (uint8_t *)reg + 4 * (size_t)d + (size_t)slot * row_bytes(fmt, d);
+	float L = (float)((1u << traits[fmt].bits) - 1);
+
+	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
+		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
+		float m[CHUNK], inv[CHUNK];
+		uint8_t q[CHUNK];
+
+		for (uint32_t c = 0; c < nc; c++) {
+			float sc = h2f1(ps[c0 + c]);
+
+			m[c] = h2f1(pm[c0 + c]);
+			inv[c] = sc > 0.0f ? 1.0f / sc : 0.0f;
+		}
+		asym_codes(x + c0, m, inv, L, false, q, nc);
+		pack_codes(traits[fmt].bits, q, nc, codes + (size_t)c0 * traits[fmt].bits / 8);
+	}
+}
+
+/* Rows [s0, s0 + n) of a per-channel region: min + scale * code, the f16
+ * parameters converted on the fly (cheaper than decoding them to arrays
+ * first, even for a whole page). */
+static void load_chan(uint32_t fmt, const void *reg, uint32_t d, uint32_t s0, uint32_t n, float *X)
+{
+	const struct kv_tier_kernels *k = kv_tier_kernels();
+	const uint16_t *ps = reg, *pm = ps + d;
+	const uint8_t *codes = (const uint8_t *)reg + 4 * (size_t)d;
+	size_t rb = row_bytes(fmt, d);
+
+	for (uint32_t i = 0; i < n; i++)
+		k->asym_load_k(traits[fmt].bits, codes + (s0 + i) * rb, ps, pm, X + (size_t)i * d, d);
+}
+
+/* Copies row src of a per-channel region over row dst (the parameters are
+ * shared, so the codes stay valid). */
+static void move_chan(uint32_t fmt, void *reg, uint32_t d, uint32_t dst, uint32_t src)
+{
+	uint8_t *codes = (uint8_t *)reg + 4 * (size_t)d;
+	size_t rb = row_bytes(fmt, d);
+
+	memmove(codes + dst * rb, codes + src * rb, rb);
+}
+
 /* ---- per-slot layouts: f32, f16, q8 (K and V), q4/q2 values ----------------- */
 
 static void store_q8(void *reg, uint32_t cap, uint32_t d, uint32_t slot, const float *x)
@@ -480,7 +584,10 @@ static void store_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_
 		break;
 	case KV_FMT_Q4:
 	case KV_FMT_Q2:
-		store_v_asym(fmt, reg, cap, d, slot, x);
+		if (kv_tier_v_per_channel(d))
+			store_chan(fmt, reg, d, slot, x);
+		else
+			store_v_asym(fmt, reg, cap, d, slot, x);
 		break;
 	case KV_FMT_REF:
 		kv_tier_kernels()->f16_store(x, (uint16_t *)reg + slot, 1);
@@ -525,7 +632,9 @@ static void load_row(uint32_t fmt, const void *reg, uint32_t cap, uint32_t d, ui
 	if (fmt == KV_FMT_REF) {
 		memset(x, 0, d * sizeof *x);
 		x[0] = h2f1(((const uint16_t *)reg)[slot]);
-	} else if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
+	} else if ((fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2) && kv_tier_v_per_channel(d))
+		load_chan(fmt, reg, d, slot, 1, x);
+	else if (fmt == KV_FMT_Q4 || fmt == KV_FMT_Q2)
 		load_v_asym(fmt, reg, cap, d, slot, x);
 	else
 		load_row_part(fmt, reg, cap, d, slot, 0, d, x);
@@ -551,6 +660,11 @@ static void move_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t
 	case KV_FMT_Q2: {
 		size_t pb = 4 * (size_t)n_groups(d);
 
+		if (kv_tier_v_per_channel(d)) {
+			move_chan(fmt, reg, d, dst, src);
+			break;
+		}
+
 		memmove(b + dst * pb, b + src * pb, pb);
 		b += pb * cap;
 		memmove(b + dst * rb, b + src * rb, rb);
@@ -560,55 +674,6 @@ static void move_row(uint32_t fmt, void *reg, uint32_t cap, uint32_t d, uint32_t
 		memmove(b + 2 * (size_t)dst, b + 2 * (size_t)src, 2);
 		break;
 	}
-}
-
-/* ---- q4/q2 keys: parameters per channel over the page ----------------------- */
-
-/* K region: f16 scale[d], f16 min[d], codes[cap][row_bytes]. */
-static void pack_k_asym(uint32_t fmt, void *reg, uint32_t d, const float *K, uint32_t n)
-{
-	uint32_t bits = traits[fmt].bits;
-	uint16_t *ps = reg, *pm = ps + d;
-	uint8_t *codes = (uint8_t *)reg + 4 * (size_t)d;
-	size_t rb = row_bytes(fmt, d);
-	float L = (float)((1u << bits) - 1);
-
-	for (uint32_t c0 = 0; c0 < d; c0 += CHUNK) {
-		uint32_t nc = d - c0 < CHUNK ? d - c0 : CHUNK;
-		int32_t lo[CHUNK], hi[CHUNK];
-		float m[CHUNK], inv[CHUNK];
-		uint8_t q[CHUNK];
-		bool in_range = true;
-
-		for (uint32_t c = 0; c < nc; c++)
-			lo[c] = hi[c] = ford(K[c0 + c]);
-		for (uint32_t s = 1; s < n; s++)
-			minmax(K + (size_t)s * d + c0, lo, hi, nc);
-		for (uint32_t c = 0; c < nc; c++) {
-			float flo = ford_inv(lo[c]), fhi = ford_inv(hi[c]);
-
-			asym_params(flo, fhi, L, &ps[c0 + c], &pm[c0 + c], &m[c], &inv[c]);
-			in_range = in_range && asym_in_range(flo, fhi, m[c], inv[c], L);
-		}
-		for (uint32_t s = 0; s < n; s++) {
-			asym_codes(K + (size_t)s * d + c0, m, inv, L, in_range, q, nc);
-			pack_codes(bits, q, nc, codes + (size_t)s * rb + (size_t)c0 * bits / 8);
-		}
-	}
-}
-
-/* Keys of slots [s0, s0 + n): min + scale * code, the f16 parameters
- * converted on the fly (cheaper than decoding them to arrays first, even for
- * a whole page). */
-static void load_k_asym(uint32_t fmt, const void *reg, uint32_t d, uint32_t s0, uint32_t n, float *K)
-{
-	const struct kv_tier_kernels *k = kv_tier_kernels();
-	const uint16_t *ps = reg, *pm = ps + d;
-	const uint8_t *codes = (const uint8_t *)reg + 4 * (size_t)d;
-	size_t rb = row_bytes(fmt, d);
-
-	for (uint32_t i = 0; i < n; i++)
-		k->asym_load_k(traits[fmt].bits, codes + (s0 + i) * rb, ps, pm, K + (size_t)i * d, d);
 }
 
 /* ---- public entry points ------------------------------------------------------ */
@@ -627,20 +692,49 @@ void kv_tier_store_v(uint32_t fmt, void *vreg, uint32_t cap, uint32_t d, uint32_
 	store_row(fmt, vreg, cap, d, slot, v);
 }
 
-void kv_tier_pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
-		  const float *K, const float *V, uint32_t n)
+/* kv_tier_pack, with the page's current per-channel parameters as the
+ * grid to keep when keep is set. */
+static void pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d, const float *K, const float *V,
+		 uint32_t n, bool keep)
 {
-	bool packed = kv_fmt_packed(fmt);
+	bool packed = kv_fmt_packed(fmt), vch = packed && kv_tier_v_per_channel(d);
+	/* a kept grid stays where it is: only the codes are cleared */
+	size_t pb = keep && packed && n > 0 ? 4 * (size_t)d : 0;
 
-	memset(kreg, 0, kv_tier_k_bytes(fmt, cap, d));
-	memset(vreg, 0, kv_tier_v_bytes(fmt, cap, d));
+	memset((uint8_t *)kreg + pb, 0, kv_tier_k_bytes(fmt, cap, d) - pb);
+	memset((uint8_t *)vreg + (vch ? pb : 0), 0, kv_tier_v_bytes(fmt, cap, d) - (vch ? pb : 0));
 	if (packed && n > 0)
-		pack_k_asym(fmt, kreg, d, K, n);
+		pack_chan(fmt, kreg, d, K, n, pb > 0);
+	if (vch && n > 0)
+		pack_chan(fmt, vreg, d, V, n, pb > 0);
 	for (uint32_t s = 0; s < n; s++) {
 		if (!packed)
 			store_row(fmt, kreg, cap, d, s, K + (size_t)s * d);
-		store_row(fmt, vreg, cap, d, s, V + (size_t)s * d);
+		if (!vch)
+			store_row(fmt, vreg, cap, d, s, V + (size_t)s * d);
 	}
+}
+
+void kv_tier_pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
+		  const float *K, const float *V, uint32_t n)
+{
+	pack(fmt, kreg, vreg, cap, d, K, V, n, false);
+}
+
+void kv_tier_repack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
+		    const float *K, const float *V, uint32_t n)
+{
+	pack(fmt, kreg, vreg, cap, d, K, V, n, true);
+}
+
+void kv_tier_copy_params(uint32_t fmt, void *kreg, void *vreg, const void *src_kreg, const void *src_vreg,
+			 uint32_t d)
+{
+	if (!kv_fmt_packed(fmt))
+		return;
+	memcpy(kreg, src_kreg, 4 * (size_t)d);
+	if (kv_tier_v_per_channel(d))
+		memcpy(vreg, src_vreg, 4 * (size_t)d);
 }
 
 void kv_tier_load_k(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t slot, float *k)
@@ -657,7 +751,7 @@ void kv_tier_load_k_slots(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t
 			  uint32_t n, float *K)
 {
 	if (kv_fmt_packed(fmt)) {
-		load_k_asym(fmt, kreg, d, s0, n, K);
+		load_chan(fmt, kreg, d, s0, n, K);
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -667,6 +761,10 @@ void kv_tier_load_k_slots(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t
 void kv_tier_load_v_slots(uint32_t fmt, const void *vreg, uint32_t cap, uint32_t d, uint32_t s0,
 			  uint32_t n, float *V)
 {
+	if (kv_fmt_packed(fmt) && kv_tier_v_per_channel(d)) {
+		load_chan(fmt, vreg, d, s0, n, V);
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++)
 		load_row(fmt, vreg, cap, d, s0 + i, V + (size_t)i * d);
 }
@@ -676,10 +774,7 @@ void kv_tier_move(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d
 	if (dst == src)
 		return;
 	if (kv_fmt_packed(fmt)) {
-		uint8_t *codes = (uint8_t *)kreg + 4 * (size_t)d;
-		size_t rb = row_bytes(fmt, d);
-
-		memmove(codes + dst * rb, codes + src * rb, rb);
+		move_chan(fmt, kreg, d, dst, src);
 	} else {
 		move_row(fmt, kreg, cap, d, dst, src);
 	}

@@ -15,6 +15,11 @@
  *                 [cap][d/2] bytes                   then codes [cap][d/2] bytes
  *   q2      cold  like q4 with codes [cap][d/4]      like q4 with codes [cap][d/4]
  *
+ * Heads of fewer than 32 channels (d < G would make the per-slot value
+ * parameters cost as much as 8 channels of q4 codes) store q4/q2 values per
+ * channel over the page, exactly like keys: V region = f16 scale[d]; f16
+ * min[d]; codes (kv_tier_v_per_channel).
+ *
  * q4/q2 are asymmetric with L = 2^bits - 1 levels: x = min + scale * q, q in
  * [0, L]. min is the f16 at or below the range's minimum and scale the
  * smallest f16 with min + scale * L >= max (in float), so every value of the
@@ -26,15 +31,18 @@
  * packed little end first: channel 2j in the low nibble of byte j (q4), channel
  * 4j + i in bits 2i..2i+1 of byte j (q2).
  *
- * Sizes, cap = 16: d = 64: f32 4096 + 4096, f16 2048 + 2048, q8 1056 + 1056,
+ * Sizes, cap = 16: d = 8, cap 64: f16 1024 + 1024, q8 640 + 640, q4 288 + 288
+ * (per-slot values would take 512), q2 160 + 160; d = 64: f32 4096 + 4096, f16 2048 + 2048, q8 1056 + 1056,
  * q4 768 + 640, q2 512 + 384; d = 128: f32 8192 + 8192, f16 4096 + 4096,
  * q8 2080 + 2080, q4 1536 + 1280, q2 1024 + 768 (K + V bytes).
  *
  * Keys of cold pages are quantized per channel because key outliers live in
  * fixed channels; values per token because each value row is used whole.
  * Per-channel parameters depend on every slot of the page, so cold pages are
- * written whole by kv_tier_pack (re-packing a page to add slots); the other
- * formats take single slots with kv_tier_store.
+ * written whole by kv_tier_pack, and re-packed to add slots
+ * (kv_tier_repack: channels whose range still covers every slot keep their
+ * parameters, so slots already stored are not rounded a second time); the
+ * other formats take single slots with kv_tier_store.
  *
  * Optionally a page is stored rotated: keys and values multiplied by a fixed
  * orthogonal matrix R = H·D / sqrt(d) (D random signs, H Walsh-Hadamard; d a
@@ -96,13 +104,17 @@ size_t kv_tier_k_bytes(uint32_t fmt, uint32_t cap, uint32_t d);
 size_t kv_tier_v_bytes(uint32_t fmt, uint32_t cap, uint32_t d);
 /* True for formats whose K parameters span the page (q4, q2). */
 bool kv_fmt_packed(uint32_t fmt);
+/* Whether q4/q2 values of head size d are stored per channel over the page
+ * like keys (d < 32) rather than per slot in groups of 32 channels. */
+bool kv_tier_v_per_channel(uint32_t d);
 
 /* Stores slot `slot` from float rows k and v (d floats each). Per-slot formats
  * only (f32, f16, q8): for q4/q2 it writes nothing (use kv_tier_pack). */
 void kv_tier_store(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d, uint32_t slot,
 		   const float *k, const float *v);
-/* Rewrites the value of one slot, any format (values are stored per slot in
- * every layout; keys of packed pages stay as they are). */
+/* Rewrites the value of one slot, any format (keys of packed pages stay as
+ * they are; per-channel values are coded on the page's parameters, clamped
+ * to their range). */
 void kv_tier_store_v(uint32_t fmt, void *vreg, uint32_t cap, uint32_t d, uint32_t slot, const float *v);
 /* Writes slots [0, n) from K and V (n rows of d floats each; n <= cap),
  * replacing the page's content; any format. Slots [n, cap) are zeroed (they
@@ -110,6 +122,17 @@ void kv_tier_store_v(uint32_t fmt, void *vreg, uint32_t cap, uint32_t d, uint32_
  * cover the n slots only. */
 void kv_tier_pack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
 		  const float *K, const float *V, uint32_t n);
+/* kv_tier_pack for a page whose per-channel parameters are valid (it holds
+ * packed slots, or kv_tier_copy_params gave it another page's): a channel
+ * whose n values all code within its current range keeps its parameters, so
+ * values decoded from this grid get their codes back unchanged; the other
+ * channels get new ones. The same as kv_tier_pack for per-slot formats. */
+void kv_tier_repack(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d,
+		    const float *K, const float *V, uint32_t n);
+/* Copies the per-channel parameters of a packed page (any cap) to another
+ * of the same format and d, for kv_tier_repack; nothing for other formats. */
+void kv_tier_copy_params(uint32_t fmt, void *kreg, void *vreg, const void *src_kreg, const void *src_vreg,
+			 uint32_t d);
 /* Dequantized key / value of a slot (still rotated if the page is). */
 void kv_tier_load_k(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t slot, float *k);
 void kv_tier_load_v(uint32_t fmt, const void *vreg, uint32_t cap, uint32_t d, uint32_t slot, float *v);
