@@ -80,7 +80,7 @@ expect 0 "" run -m "$model" --temp 0 -n 511 --kv-mem 225K --ignore-eos --kv-stat
 if grep -q "governor runs [1-9]" "$tmp/err"; then pass=$((pass + 1)); else echo "FAIL: the governor did not act: $(cat "$tmp/err")"; fail=$((fail + 1)); fi
 # a budget that cannot hold one page per stream fails clearly; one that can
 # hold a few shrinks the window and goes on
-expect 1 "budget" run -m "$model" --temp 0 -n 100 --kv-mem 12K
+expect 1 "budget" run -m "$model" --temp 0 -n 100 --kv-mem 8K
 expect 0 "" run -m "$model" --temp 0 -n 100 --kv-mem 24K
 
 # success paths of the other commands

@@ -105,6 +105,8 @@ void cli_kv_help(void)
 	       "      --kv-completion on|off  merge evicted values into similar kept tokens (off)\n"
 	       "      --kv-rotate on|off      rotate heads before low-bit quantization (off)\n"
 	       "      --kv-cold-skip on|off   skip cold pages that cannot matter to a query (on)\n"
+	       "      --kv-tight-q8 on|off    tiered/adaptive: a stream whose budget cannot pay for f16\n"
+	       "                         sinks and window stores new tokens at 8 bits (on)\n"
 	       "      --kv-threshold X   attn-threshold: evict below X x mean attention (0.1)\n"
 	       "      --kv-decay X       per-step decay of accumulated attention (1 = none)\n"
 	       "      --kv-recency X     tiered: weight of recency in a slot's importance (1)\n"
@@ -227,6 +229,8 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 		rc = on_off(a, s, &p->rotate);
 	} else if (!strcmp(s, "--kv-cold-skip")) {
 		rc = on_off(a, s, &p->cold_skip);
+	} else if (!strcmp(s, "--kv-tight-q8")) {
+		rc = on_off(a, s, &p->tight_q8);
 	} else if (!strcmp(s, "--kv-threshold")) {
 		if (!(rc = cli_float(a, s, 0, 1000, &d)))
 			p->threshold = (float)d;

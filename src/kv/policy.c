@@ -62,6 +62,7 @@ struct tkv_kv_policy_params tkv_kv_policy_default_params(void)
 		.completion = 0,
 		.rotate = 0,
 		.cold_skip = 1,
+		.tight_q8 = 1,
 		.decay = 1.0f,
 		.threshold = 0.1f,
 		.semantic_weight = 0.1f,
@@ -193,6 +194,7 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 		c->tier_fmt[0] = hot_fmt;
 		c->tier_fmt[1] = p->warm_fmt;
 		c->tier_fmt[2] = p->cold_fmt;
+		c->tight_q8 = p->tight_q8 != 0;
 		break;
 	default:
 		break;
@@ -239,21 +241,30 @@ static double slot_cost(uint32_t fmt, uint32_t cap, uint32_t d)
 }
 
 /* Slots of a stream's full-size pages of a format (the layer plan's). */
-static uint32_t fmt_cap(const struct kv_cfg *c, const struct kv_stream *st, uint32_t fmt)
+static uint32_t fmt_cap(const struct kv_stream *st, uint32_t fmt)
 {
-	return fmt == c->hot_fmt ? st->page_tokens : st->low_cap;
+	return fmt == st->hot_fmt ? st->page_tokens : st->low_cap;
+}
+
+/* Format of tier t in stream st: the policy's, with the stream's hot format
+ * for the full-precision one. */
+static uint32_t tier_fmt(const struct kv_cfg *c, const struct kv_stream *st, uint32_t t)
+{
+	return c->tier_fmt[t] == c->hot_fmt ? st->hot_fmt : c->tier_fmt[t];
 }
 
 /* How far below its budget maintenance brings a stream, so the next tokens
- * fit without another round: a page of hot slots or, for large budgets, a
- * sixteenth of it (a round ranks every slot: at depth 4096 one every page
- * of tokens was a tenth of decode time), at most a quarter. */
-static double maint_slack(const struct kv_cfg *c, uint32_t page_tokens, size_t budget, uint32_t head_dim)
+ * fit without another round: a page of hot slots (of hot format hot) or, for
+ * large budgets, a sixteenth of it (a round ranks every slot: at depth 4096
+ * one every page of tokens was a tenth of decode time), at most a quarter. */
+static double maint_slack(uint32_t hot, uint32_t page_tokens, size_t budget, uint32_t head_dim)
 {
-	return fmin(fmax((double)kv_page_kv_bytes(page_tokens, head_dim, c->hot_fmt), budget / 16.0), budget / 4.0);
+	return fmin(fmax((double)kv_page_kv_bytes(page_tokens, head_dim, hot), budget / 16.0), budget / 4.0);
 }
 
-static uint32_t window_of(const struct kv_cfg *c, uint32_t page_tokens, size_t budget, uint32_t head_dim)
+/* The recent window of a stream whose new tokens are stored as hot. */
+static uint32_t window_of(const struct kv_cfg *c, uint32_t hot, uint32_t page_tokens, size_t budget,
+			  uint32_t head_dim)
 {
 	double w;
 	uint32_t least = c->n_window < 4 ? c->n_window : 4;
@@ -261,16 +272,29 @@ static uint32_t window_of(const struct kv_cfg *c, uint32_t page_tokens, size_t b
 	if (budget == 0)
 		return c->n_window;
 	/* of what maintenance aims for: a page (at most a quarter) below the budget */
-	w = KV_WINDOW_SHARE * ((double)budget - maint_slack(c, page_tokens, budget, head_dim)) /
-	    slot_cost(c->hot_fmt, page_tokens, head_dim) - (double)c->n_sink;
+	w = KV_WINDOW_SHARE * ((double)budget - maint_slack(hot, page_tokens, budget, head_dim)) /
+	    slot_cost(hot, page_tokens, head_dim) - (double)c->n_sink;
 	if (w >= (double)c->n_window)
 		return c->n_window;
 	return w < (double)least ? least : (uint32_t)w;
 }
 
+/* Tight: full-precision sinks and window would not fit a quarter of it. */
+static uint32_t hot_fmt_of(const struct kv_cfg *c, uint32_t page_tokens, size_t budget, uint32_t head_dim)
+{
+	if (c->tight_q8 && budget && window_of(c, c->hot_fmt, page_tokens, budget, head_dim) < c->n_window)
+		return KV_FMT_Q8;
+	return c->hot_fmt;
+}
+
+uint32_t kv_policy_hot_fmt(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
+{
+	return hot_fmt_of(c, c->page_tokens, budget, head_dim);
+}
+
 uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim)
 {
-	return window_of(c, c->page_tokens, budget, head_dim);
+	return window_of(c, hot_fmt_of(c, c->page_tokens, budget, head_dim), c->page_tokens, budget, head_dim);
 }
 
 /* Splits `bytes` over the n streams from `first` (see kv_policy_split_budget). */
@@ -319,7 +343,7 @@ static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first
 	tkv_free(s->alloc, w);
 }
 
-void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
+static void split_layers(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
 {
 	double wsum = 0.0;
 
@@ -334,6 +358,16 @@ void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t byt
 		double b = wsum > 0 ? (double)bytes * s->layer_weight[l] / wsum : (double)bytes / s->n_layer;
 
 		split_streams(c, s, (size_t)l * s->n_kv_head, s->n_kv_head, b < 1.0 ? 1 : (size_t)b);
+	}
+}
+
+void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
+{
+	split_layers(c, s, bytes);
+	for (size_t i = 0; i < (size_t)s->n_layer * s->n_kv_head; i++) {
+		struct kv_stream *st = &s->streams[i];
+
+		kv_stream_set_hot_fmt(st, hot_fmt_of(c, st->page_tokens, st->budget, s->head_dim));
 	}
 }
 
@@ -567,8 +601,8 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t fmt,
 		struct moved *mv, uint32_t n_mv, float *K, float *V)
 {
-	uint32_t d = s->head_dim, cap = fmt_cap(c, st, fmt), done = 0;
-	bool rot = c->rotate && fmt != c->hot_fmt;
+	uint32_t d = s->head_dim, cap = fmt_cap(st, fmt), done = 0;
+	bool rot = c->rotate && fmt != c->hot_fmt && fmt != st->hot_fmt;
 	int why;
 
 	if (!kv_fmt_packed(fmt)) {
@@ -673,6 +707,67 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 	return TKV_OK;
 }
 
+/* Moves the protected slots (sinks, window) of a tight stream that are
+ * stored more precisely than its hot format into it. Each one is written
+ * into a hot page with room (a new one when none has) before it leaves its
+ * page, so when the pool refuses a page it simply stays where it is. Returns
+ * how many moved. */
+static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t n_window)
+{
+	uint32_t d = s->head_dim, moved = 0, dst = KV_NO_PAGE;
+
+	if (st->hot_fmt == c->hot_fmt)
+		return 0;
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		struct kv_page *pg = st->pages[p];
+
+		if (pg->fmt >= st->hot_fmt || (pg->flags & KV_PAGE_FROZEN))
+			continue;
+		/* from the last slot down: a removal moves the last one in */
+		for (uint32_t j = pg->n_used; j-- > 0;) {
+			int32_t pos = pg->pos[j];
+			float k[512], v[512];
+			struct kv_page *to;
+			int why;
+
+			if (!((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)n_window))
+				continue;
+			if (dst == KV_NO_PAGE || st->pages[dst]->n_used == st->pages[dst]->cap) {
+				dst = KV_NO_PAGE;
+				for (uint32_t i = 0; i < st->n_pages && dst == KV_NO_PAGE; i++) {
+					const struct kv_page *q = st->pages[i];
+
+					if (q->fmt == st->hot_fmt && q->n_used < q->cap &&
+					    !(q->flags & (KV_PAGE_FROZEN | KV_PAGE_ROT)))
+						dst = i;
+				}
+			}
+			if (dst == KV_NO_PAGE) {
+				struct kv_page *np = kv_pool_get(s->pool, d, st->hot_fmt, st->page_tokens, &why);
+
+				if (!np)
+					return moved;
+				if (kv_stream_add_page(s, st, np)) {
+					kv_pool_put(s->pool, np);
+					return moved;
+				}
+				dst = st->n_pages - 1;
+			}
+			to = st->pages[dst];
+			kv_page_load_k(pg, j, k);
+			kv_page_load_v(pg, j, v);
+			kv_tier_store(to->fmt, to->k, to->v, to->cap, d, to->n_used, k, v);
+			to->pos[to->n_used] = pos;
+			to->score[to->n_used] = pg->score[j];
+			kv_stream_set_used(s, st, to, to->n_used + 1);
+			kv_stream_remove_slot(s, st, p, j);
+			st->demoted++;
+			moved++;
+		}
+	}
+	return moved;
+}
+
 /* One round: rank, choose tiers for a target of `target` K+V bytes, apply. */
 static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, double target)
 {
@@ -694,21 +789,25 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		goto out;
 	}
 	for (uint32_t t = 0; t < c->n_tiers; t++)
-		cost[t] = slot_cost(c->tier_fmt[t], fmt_cap(c, st, c->tier_fmt[t]), d);
+		cost[t] = slot_cost(tier_fmt(c, st, t), fmt_cap(st, tier_fmt(c, st, t)), d);
 
 	if (isfinite(target))
-		n_window = window_of(c, st->page_tokens, st->budget, d);
-	/* candidates: every slot outside the sinks and the recent window */
+		n_window = window_of(c, st->hot_fmt, st->page_tokens, st->budget, d);
+	/* candidates: every slot outside the sinks and the recent window
+	 * (protected ones more precise than a tight stream's hot format are
+	 * counted at it: convert_protected moves them there after the round) */
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
+		bool conv = pg->fmt < st->hot_fmt && !(pg->flags & KV_PAGE_FROZEN);
 
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			int32_t pos = pg->pos[j];
 
 			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)n_window ||
 			    (pg->flags & KV_PAGE_FROZEN)) {
-				prot_bytes += slot_cost(pg->fmt, pg->cap, d);
 				n_prot++;
+				prot_bytes += conv ? slot_cost(st->hot_fmt, fmt_cap(st, st->hot_fmt), d)
+						   : slot_cost(pg->fmt, pg->cap, d);
 				continue;
 			}
 			cand[n_cand].prio = priority(c, s, st, pg, j);
@@ -720,7 +819,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		}
 	}
 	if (n_cand == 0)
-		goto out;
+		goto convert;
 	qsort(cand, n_cand, sizeof *cand, cmp_prio_desc);
 
 	/* attn-threshold: slots under threshold x their fair share go regardless */
@@ -742,7 +841,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		/* formats are numbered from most to least precise; a slot already
 		 * stored at or below its tier's precision stays: never promote */
 		cand[r].target = t;
-		cand[r].stay = t != KV_EVICT && c->tier_fmt[t] <= cand[r].fmt;
+		cand[r].stay = t != KV_EVICT && tier_fmt(c, st, t) <= cand[r].fmt;
 		if (t != KV_EVICT && !cand[r].stay)
 			n_mv++;
 	}
@@ -794,7 +893,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 	}
 
 	/* remove moved and evicted slots, page by page from the highest slot down */
-	rm = tkv_malloc(s->alloc, (size_t)(n_cand ? n_cand : 1) * sizeof *rm);
+	rm = tkv_malloc(s->alloc, (size_t)n_cand * sizeof *rm);
 	if (!rm) {
 		st_ = TKV_ERR_NOMEM;
 		goto out;
@@ -838,7 +937,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 				n++;
 			}
 		if (n)
-			st_ = land(c, s, st, c->tier_fmt[t], mv, n, K, V);
+			st_ = land(c, s, st, tier_fmt(c, st, t), mv, n, K, V);
 		/* the rest move on: shift the landed ones out */
 		memmove(mv, mv + n, (size_t)(n_mv - n) * sizeof *mv);
 		n_mv -= n;
@@ -846,8 +945,11 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 	/* a failed landing leaves the later tiers' slots nowhere: they are gone */
 	st->evicted += n_mv;
 	st->demoted -= n_mv;
+convert:
+	if (st_ == TKV_OK && convert_protected(c, s, st, n_window))
+		n_cand++; /* something moved: compact */
 	/* evictions leave holes and a page only returns once empty: pack them */
-	if (kv_stream_compact(s, st) && st_ == TKV_OK)
+	if (n_cand && kv_stream_compact(s, st) && st_ == TKV_OK)
 		st_ = TKV_ERR_NOMEM;
 out:
 	tkv_free(s->alloc, rm);
@@ -897,13 +999,14 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 		}
 	}
 	/* aim a page below the budget so the next tokens fit without another round */
-	slack = maint_slack(c, st->page_tokens, st->budget, s->head_dim);
+	slack = maint_slack(st->hot_fmt, st->page_tokens, st->budget, s->head_dim);
 	target = (double)st->budget - slack;
 	/* pages hold whole slots and every tier in use holds a page of its own:
 	 * while over, tighten by the overshoot, at least the dearest page, until
 	 * nothing unprotected is left to give */
 	for (uint32_t t = 0; t < c->n_tiers; t++)
-		step = fmax(step, (double)kv_page_kv_bytes(fmt_cap(c, st, c->tier_fmt[t]), s->head_dim, c->tier_fmt[t]));
+		step = fmax(step, (double)kv_page_kv_bytes(fmt_cap(st, tier_fmt(c, st, t)), s->head_dim,
+							   tier_fmt(c, st, t)));
 	while (st->kv_bytes > st->budget && rc == TKV_OK) {
 		rc = maintain_round(c, s, st, target);
 		if (target < 0)

@@ -10,7 +10,12 @@
  *  - protected slots: the first n_sink positions and the last n_window — or,
  *    when the stream's budget is so tight that sinks and window would take
  *    more than a quarter of it, a window shrunk to fit that quarter (never
- *    below 4 positions): a hard budget beats a long window.
+ *    below 4 positions): a hard budget beats a long window. Such a tight
+ *    stream of a multi-tier policy (tiered, adaptive; tight_q8) also stores
+ *    its new tokens at q8 rather than full precision, so its sinks, window
+ *    and not yet ranked tokens cost 20 bytes a slot instead of 32 at head
+ *    size 8 (the stream's hot format, kv_stream_set_hot_fmt; its hot tier
+ *    becomes q8 too, since slots are never promoted).
  * Maintenance runs when a stream holds more K+V bytes than its budget: it ranks
  * the unprotected slots, keeps as many as the budget pays for at their tiers'
  * costs, moves slots whose tier changed (never up: a quantized slot is not
@@ -52,6 +57,7 @@ struct kv_cfg {
 	uint32_t group;                   /* query heads per KV head */
 	uint32_t obs_window;              /* snapkv: last queries of a prefill chunk that vote */
 	bool completion, rotate, adaptive, evicts;
+	bool tight_q8;                    /* tight streams take new tokens at q8 (head comment) */
 	bool always;                      /* acts within the budget too: kivi quantizes,
 					   * attn-threshold drops slots under the threshold */
 	float skip;                       /* cold-page skip margin in logits, 0 = off */
@@ -74,12 +80,16 @@ void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float
 /* Recent positions a stream with this budget protects (kv_cfg n_window, or
  * fewer under a tight budget; see the head comment). */
 uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_dim);
+/* The format a stream with this budget stores new tokens in: c->hot_fmt, or
+ * q8 when tight (see the head comment). */
+uint32_t kv_policy_hot_fmt(const struct kv_cfg *c, size_t budget, uint32_t head_dim);
 
 /* Splits a sequence's K+V budget over its streams: evenly, or (adaptive) in
  * proportion to each stream's effective attention span exp(mean entropy),
  * never below what its protected slots need. Under a layer plan
  * (s->plan_set) each layer first gets its weight's share, then that share is
- * split over the layer's streams the same way. bytes 0 clears the budgets. */
+ * split over the layer's streams the same way. bytes 0 clears the budgets.
+ * Each stream's hot format follows its budget (kv_policy_hot_fmt). */
 void kv_policy_split_budget(const struct kv_cfg *c, struct kv_seq *s, size_t bytes);
 
 /* Brings one stream within its budget; policies marked `always` also act

@@ -37,6 +37,7 @@ int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uin
 		s->streams[i].ref_tail = KV_NO_PAGE;
 		s->streams[i].page_tokens = kv_pool_page_tokens(pool);
 		s->streams[i].low_cap = kv_low_cap(kv_pool_page_tokens(pool), false);
+		s->streams[i].hot_fmt = (uint8_t)kv_pool_fmt(pool);
 	}
 	s->pool = pool;
 	s->alloc = a;
@@ -76,6 +77,7 @@ void kv_seq_clear(struct kv_seq *s)
 		st->ent_n = 0;
 		st->n_small = 0;
 		st->small_slots = 0;
+		st->hot_fmt = (uint8_t)kv_pool_fmt(s->pool);
 		memset(st->centroid, 0, s->head_dim * sizeof(float));
 	}
 	s->n_pos = 0;
@@ -109,14 +111,22 @@ void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, fl
 	s->plan_set = true;
 }
 
-static bool is_hot_fmt(const struct kv_seq *s, uint32_t fmt)
+/* Pages new tokens go into: the stream's hot format. */
+static int is_hot(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return fmt == kv_pool_fmt(s->pool);
+	return pg->fmt == st->hot_fmt;
 }
 
-static int is_hot(const struct kv_seq *s, const struct kv_page *pg)
+void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt)
 {
-	return is_hot_fmt(s, pg->fmt);
+	if (st->hot_fmt == fmt)
+		return;
+	st->hot_fmt = (uint8_t)fmt;
+	st->hot_free = 0;
+	st->tail = KV_NO_PAGE;
+	for (uint32_t i = 0; i < st->n_pages; i++)
+		if (is_hot(st, st->pages[i]))
+			st->hot_free += st->pages[i]->cap - st->pages[i]->n_used;
 }
 
 static int grow_pages(struct kv_seq *s, struct kv_stream *st, uint32_t want)
@@ -143,7 +153,7 @@ int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *p
 	st->pages[st->n_pages++] = pg;
 	st->n_tokens += pg->n_used;
 	st->kv_bytes += kv_page_share(pg, pg->n_used);
-	if (is_hot(s, pg)) {
+	if (is_hot(st, pg)) {
 		st->hot_free += pg->cap - pg->n_used;
 		if (st->tail == KV_NO_PAGE && pg->n_used < pg->cap)
 			st->tail = st->n_pages - 1;
@@ -155,7 +165,7 @@ void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *
 {
 	st->n_tokens = st->n_tokens - pg->n_used + n;
 	st->kv_bytes = st->kv_bytes - kv_page_share(pg, pg->n_used) + kv_page_share(pg, n);
-	if (is_hot(s, pg))
+	if (is_hot(st, pg))
 		st->hot_free = st->hot_free + pg->n_used - n;
 	kv_pool_set_used(s->pool, pg, n);
 }
@@ -171,7 +181,7 @@ void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, u
 		pg->score[j] = pg->score[last];
 	}
 	kv_stream_set_used(s, st, pg, last);
-	if (is_hot(s, pg) && st->tail == KV_NO_PAGE)
+	if (is_hot(st, pg) && st->tail == KV_NO_PAGE)
 		st->tail = i;
 }
 
@@ -186,7 +196,7 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
 			i++;
 			continue;
 		}
-		if (is_hot(s, pg))
+		if (is_hot(st, pg))
 			st->hot_free -= pg->cap;
 		kv_page_unref(s->pool, pg);
 		st->pages[i] = st->pages[--st->n_pages];
@@ -205,7 +215,8 @@ struct compact_cost {
 /* The full size of a stream's pages of a format. */
 static uint32_t full_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt)
 {
-	return is_hot_fmt(s, fmt) ? st->page_tokens : st->low_cap;
+	(void)s;
+	return fmt == st->hot_fmt ? st->page_tokens : st->low_cap;
 }
 
 static bool in_group(const struct kv_page *pg, uint32_t fmt, uint32_t rot)
@@ -546,29 +557,27 @@ static void grow_plan(const struct kv_seq *s, const struct kv_stream *st, uint32
 	*n_full = r / st->page_tokens;
 	r %= st->page_tokens;
 	if (r)
-		*tail = kv_stream_tail_cap(s, st, kv_pool_fmt(s->pool), r, st->page_tokens);
+		*tail = kv_stream_tail_cap(s, st, st->hot_fmt, r, st->page_tokens);
 }
 
 size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new)
 {
 	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, bytes = 0;
-	uint32_t fmt = kv_pool_fmt(s->pool);
 
 	for (size_t i = 0; i < n_streams; i++) {
 		const struct kv_stream *st = &s->streams[i];
 		uint32_t n_full, tail;
 
 		grow_plan(s, st, n_new, &n_full, &tail);
-		bytes += n_full * kv_page_bytes(st->page_tokens, s->head_dim, fmt);
+		bytes += n_full * kv_page_bytes(st->page_tokens, s->head_dim, st->hot_fmt);
 		if (tail)
-			bytes += kv_page_bytes(tail, s->head_dim, fmt);
+			bytes += kv_page_bytes(tail, s->head_dim, st->hot_fmt);
 	}
 	return bytes;
 }
 
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 {
-	uint32_t fmt = kv_pool_fmt(s->pool);
 	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, i;
 	size_t need_bytes = 0;
 	uint32_t *added = NULL;
@@ -599,7 +608,7 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 		grow_plan(s, st, n_new, &n_full, &tail);
 		for (; added[i] < n_full + (tail != 0); added[i]++) {
 			uint32_t cap = added[i] < n_full ? st->page_tokens : tail;
-			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, fmt, cap, &why);
+			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, st->hot_fmt, cap, &why);
 
 			if (!pg)
 				goto undo;
@@ -653,12 +662,12 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 	uint32_t d = s->head_dim;
 	float inv;
 
-	if (!pg || pg->n_used == pg->cap || !is_hot(s, pg)) {
+	if (!pg || pg->n_used == pg->cap || !is_hot(st, pg)) {
 		/* find another full-precision page with room; reserve guarantees one */
 		for (uint32_t i = 0; i < st->n_pages; i++) {
 			struct kv_page *c = st->pages[i];
 
-			if (is_hot(s, c) && c->n_used < c->cap) {
+			if (is_hot(st, c) && c->n_used < c->cap) {
 				st->tail = i;
 				pg = c;
 				break;
@@ -786,6 +795,7 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 		struct kv_stream *b = &s->streams[i];
 
 		b->budget = a->budget;
+		b->hot_fmt = a->hot_fmt;
 		b->page_tokens = a->page_tokens;
 		b->low_cap = a->low_cap;
 		b->n_small = a->n_small;

@@ -2,7 +2,8 @@
  *
  * A stream's pages come in any order and any mix of formats; every slot carries
  * its position, so attention masks by position rather than by order. New tokens
- * go into full-precision ("hot") pages with room; the policy (policy.h) later
+ * go into pages of the stream's hot format with room (full precision, unless
+ * the policy set q8 for a tight budget); the policy (policy.h) later
  * moves slots to warm or cold pages or evicts them, per stream, so each layer
  * and head keeps its own set of tokens.
  *
@@ -24,12 +25,14 @@ struct kv_stream {
 	uint32_t n_pages;
 	uint32_t cap_pages;
 	uint32_t n_tokens;       /* filled slots over all pages */
-	uint32_t hot_free;       /* free slots in full-precision pages */
-	uint32_t tail;           /* a full-precision page with room, or KV_NO_PAGE */
+	uint32_t hot_free;       /* free slots in pages of its hot format */
+	uint32_t tail;           /* a hot-format page with room, or KV_NO_PAGE */
 	size_t kv_bytes;         /* filled share of its pages' K+V regions (what budgets
 				  * count; empty slots are the pool's fragmentation) */
 	size_t budget;           /* K+V bytes this stream may hold; 0 = none */
-	uint32_t page_tokens;    /* slots of its full-size full-precision pages (the layer plan) */
+	uint32_t page_tokens;    /* slots of its full-size hot pages (the layer plan) */
+	uint8_t hot_fmt;         /* the format new tokens are stored in: the pool's full
+				  * precision, or q8 under a tight budget (policy.h) */
 	uint32_t low_cap;        /* slots of its full-size warm and cold pages */
 	uint32_t ref_tail;       /* a shared-slot (KV_FMT_REF) page that may have room, or KV_NO_PAGE */
 	uint32_t n_small;        /* private pages under full size (since the last compaction, */
@@ -135,6 +138,9 @@ void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos
 
 /* Page bookkeeping for the policy, keeping n_tokens, hot_free, tail and
  * kv_bytes exact: */
+/* Sets the format new tokens of the stream are stored in (hot pages from now
+ * on; pages of the old one stay as they are). */
+void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt);
 /* Adds a page (empty or filled) to a stream; TKV_ERR_NOMEM if the page array
  * cannot grow (the page is not taken then). */
 int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg);
