@@ -37,6 +37,9 @@ expect 2 ""
 expect 2 "needs a value" run -m
 expect 2 "not an integer" run -m "$model" -n abc
 expect 2 "out of range" run -m "$model" --top-p 2
+expect 2 "exceed 1" run -m "$model" --kv-warm 0.5 --kv-hot 0.6
+expect 2 "exceed 1" eval -m "$model" -f "$model" --kv-hot 0.9
+expect 0 "" run -m "$model" -n 4 --temp 0 --kv-hot 1 --kv-warm 0
 expect 2 "out of range" run -m "$model" -t 0
 expect 2 "not a size" run -m "$model" --kv-mem 12Q
 expect 2 "not f16 or f32" run -m "$model" --kv-type q3

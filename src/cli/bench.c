@@ -186,7 +186,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		return cli_usage_error(&a, "-m MODEL is required");
 	if (o->n_prompt == 0 && o->n_gen == 0)
 		return cli_usage_error(&a, "nothing to measure: -p and -n are both 0");
-	return 0;
+	return cli_kv_check(&a, &o->ep);
 }
 
 /* ---- memory bandwidth ------------------------------------------------------- */

@@ -116,7 +116,7 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
 	}
 	if (o->prompt >= o->len)
 		return cli_usage_error(&a, "-P %ld must be below -L %ld", o->prompt, o->len);
-	return 0;
+	return cli_kv_check(&a, &o->ep);
 }
 
 struct bs_seq {

@@ -56,6 +56,9 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 /* The engine options (-c/--ctx-size, -b/--batch-size, -t/--threads) and then
  * the KV options, the same way as cli_kv_option. */
 int cli_engine_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled);
+/* What the KV options only say together, checked after the last option
+ * (--kv-hot + --kv-warm at most 1, in any order); 0 or CLI_USAGE. */
+int cli_kv_check(struct cli_args *a, const struct tkv_engine_params *ep);
 /* A comma-separated list of policy names (or 'all') for option opt into
  * out[TKV_POLICY_COUNT], in the order of the enum (full first, so tables
  * compare across runs); 0 or CLI_USAGE after a message. */

@@ -241,7 +241,7 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 	}
 	if (o->n_files == 0)
 		return cli_usage_error(&a, "no text: give -f FILE");
-	return 0;
+	return cli_kv_check(&a, &o->ep);
 }
 
 /* ---- runs --------------------------------------------------------------------- */

@@ -280,9 +280,16 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else {
 		*handled = 0;
 	}
-	if (!rc && *handled && p->hot_ratio + p->warm_ratio > 1.0f + 1e-6f)
-		return cli_usage_error(a, "--kv-hot %g + --kv-warm %g exceed 1", p->hot_ratio, p->warm_ratio);
 	return rc;
+}
+
+int cli_kv_check(struct cli_args *a, const struct tkv_engine_params *ep)
+{
+	const struct tkv_kv_policy_params *p = &ep->kv;
+
+	if (p->hot_ratio + p->warm_ratio > 1.0f + 1e-6f)
+		return cli_usage_error(a, "--kv-hot %g + --kv-warm %g exceed 1", p->hot_ratio, p->warm_ratio);
+	return 0;
 }
 
 void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_bytes)

@@ -119,6 +119,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
 				return cli_usage_error(&a, "unknown option '%s'", s);
 		}
 	}
+	if ((rc = cli_kv_check(&a, &o->ep)))
+		return rc;
 	if (o->prompt && o->file)
 		return cli_usage_error(&a, "give -p or -f, not both");
 	if (!o->seed_set) {

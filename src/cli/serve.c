@@ -140,6 +140,8 @@ int cli_serve(int argc, char **argv)
 				return cli_usage_error(&a, "unknown option '%s'", s);
 		}
 	}
+	if (cli_kv_check(&a, &p.ep))
+		return CLI_USAGE;
 	if (!p.model_path && !(p.model_path = cli_bundled_model())) {
 		fprintf(stderr, "tierkv serve: no -m given and the bundled model was not found\n");
 		return CLI_USAGE;
