@@ -136,9 +136,9 @@ struct tkv_kv_policy_params {
 	int completion;           /* merge evicted values into similar kept tokens (0) */
 	int rotate;               /* rotate heads before low-bit quantization (0) */
 	int cold_skip;            /* skip cold pages whose key bound cannot matter (1) */
-	int tight_q8;             /* tiered/adaptive: a stream whose budget cannot pay for
-				   * its sinks and window at full precision stores new
-				   * tokens (so sinks and window too) at 8 bits (1) */
+	int tight_q8;             /* tiered/adaptive: a stream whose budget leaves a full-
+				   * precision window under a quarter of n_window stores
+				   * new tokens (so sinks and window too) at 8 bits (1) */
 	float decay;              /* per-step decay of accumulated attention (1 = none) */
 	float threshold;          /* attn-threshold: evict below threshold x mean attention (0.1) */
 	float semantic_weight;    /* tiered: weight of key-centroid similarity in importance (0.1) */

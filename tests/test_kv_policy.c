@@ -718,8 +718,8 @@ static void test_protected_window_tight(void **state)
 	}
 }
 
-/* A tight stream of tiered/adaptive (its f16 sinks and window would pass a
- * quarter of the budget) stores new tokens, sinks and window at q8; with
+/* A tight stream of tiered/adaptive (at f16 its window would shrink below a
+ * quarter of n_window) stores new tokens, sinks and window at q8; with
  * tight_q8 off, or a budget that pays for them, they stay f16. Under a
  * failing pool the conversion keeps every protected slot (the fault sweep
  * checks that too). */

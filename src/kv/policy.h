@@ -10,8 +10,9 @@
  *  - protected slots: the first n_sink positions and the last n_window — or,
  *    when the stream's budget is so tight that sinks and window would take
  *    more than a quarter of it, a window shrunk to fit that quarter (never
- *    below 4 positions): a hard budget beats a long window. Such a tight
- *    stream of a multi-tier policy (tiered, adaptive; tight_q8) also stores
+ *    below 4 positions): a hard budget beats a long window. A stream so
+ *    tight that its window falls below a quarter of n_window, in a
+ *    multi-tier policy (tiered, adaptive; tight_q8), also stores
  *    its new tokens at q8 rather than full precision, so its sinks, window
  *    and not yet ranked tokens cost 20 bytes a slot instead of 32 at head
  *    size 8 (the stream's hot format, kv_stream_set_hot_fmt; its hot tier
