@@ -710,6 +710,12 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 	return TKV_OK;
 }
 
+/* Whether position pos is a sink or in the recent window of n_window. */
+static bool protected_pos(const struct kv_cfg *c, const struct kv_seq *s, int32_t pos, uint32_t n_window)
+{
+	return (uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)n_window;
+}
+
 /* Moves the protected slots (sinks, window) of a tight stream that are
  * stored more precisely than its hot format into it. Each one is written
  * into a hot page with room (a new one when none has) before it leaves its
@@ -733,7 +739,7 @@ static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, stru
 			struct kv_page *to;
 			int why;
 
-			if (!((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)n_window))
+			if (!protected_pos(c, s, pos, n_window))
 				continue;
 			if (dst == KV_NO_PAGE || st->pages[dst]->n_used == st->pages[dst]->cap) {
 				dst = KV_NO_PAGE;
@@ -806,8 +812,7 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			int32_t pos = pg->pos[j];
 
-			if ((uint32_t)pos < c->n_sink || pos >= s->n_pos - (int32_t)n_window ||
-			    (pg->flags & KV_PAGE_FROZEN)) {
+			if (protected_pos(c, s, pos, n_window) || (pg->flags & KV_PAGE_FROZEN)) {
 				n_prot++;
 				prot_bytes += conv ? slot_cost(st->hot_fmt, fmt_cap(st, st->hot_fmt), d)
 						   : slot_cost(pg->fmt, pg->cap, d);

@@ -148,7 +148,9 @@ void kv_tier_move(uint32_t fmt, void *kreg, void *vreg, uint32_t cap, uint32_t d
 /* Per-channel bounds of the keys of slots [0, n): kmin[c] <= k[c] <= kmax[c]
  * for every dequantized key (exact for f32/f16/q8; for q4/q2 the quantization
  * range [min, min + scale * L], whatever n). For f32/f16/q8 and n == 0,
- * kmin = +Inf and kmax = -Inf (an empty range). */
+ * kmin = +Inf and kmax = -Inf (an empty range). A per-channel q4/q2 value
+ * region (kv_tier_v_per_channel) has the key layout: passed as kreg, it gives
+ * the values' ranges. */
 void kv_tier_key_bounds(uint32_t fmt, const void *kreg, uint32_t cap, uint32_t d, uint32_t n,
 			float *kmin, float *kmax);
 
