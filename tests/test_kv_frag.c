@@ -83,7 +83,7 @@ static void check_acct(struct kv_pool *pool, const struct live *lv, int n_live)
 				skv += share(pg->kv_bytes, pg->n_used, pg->cap);
 				slots[pg->fmt] += pg->n_used;
 				n_tok += pg->n_used;
-				if (pg->fmt == st->hot_fmt) /* f16, q8 when tight */
+				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT)) /* f16, q8 when tight */
 					hot_free += pg->cap - pg->n_used;
 				n_pages++;
 			}

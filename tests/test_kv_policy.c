@@ -80,7 +80,7 @@ static void check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t 
 				fmt_slots[pg->fmt] += pg->n_used;
 				tokens += pg->n_used;
 				st_kv += share(pg->kv_bytes, pg->n_used, pg->cap); /* the filled share (seq.h) */
-				if (pg->fmt == st->hot_fmt) /* new tokens' format (seq.h) */
+				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT)) /* where new tokens go (seq.h) */
 					hot_free += pg->cap - pg->n_used;
 			}
 			if (st->n_tokens != tokens || st->hot_free != hot_free || st->kv_bytes != st_kv)

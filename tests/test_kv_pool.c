@@ -123,6 +123,12 @@ static int is_hot(const struct kv_seq *s, const struct kv_page *pg)
 	return pg->fmt == kv_pool_fmt(s->pool);
 }
 
+/* A page new tokens of st may go into (hot_free, tail: seq.h). */
+static int takes_new(const struct kv_stream *st, const struct kv_page *pg)
+{
+	return pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT);
+}
+
 /* Every slot of every full-precision page holds what append_token put there,
  * and (when want_tokens is not UINT32_MAX) each stream holds the positions
  * 0..want_tokens-1, each once. */
@@ -204,7 +210,7 @@ static void acct_seq(struct acct *a, const struct kv_seq *s)
 			acct_page(a, pg);
 			tokens += pg->n_used;
 			kvb += share(pg->kv_bytes, pg->n_used, pg->cap); /* the filled share (seq.h) */
-			if (is_hot(s, pg))
+			if (takes_new(st, pg))
 				hot_free += pg->cap - pg->n_used;
 		}
 		if (st->n_tokens != tokens || st->hot_free != hot_free || st->kv_bytes != kvb)
@@ -213,7 +219,7 @@ static void acct_seq(struct acct *a, const struct kv_seq *s)
 		assert_true(st->n_pages <= st->cap_pages || st->cap_pages == 0);
 		if (st->tail != KV_NO_PAGE) {
 			assert_true(st->tail < st->n_pages);
-			assert_true(is_hot(s, st->pages[st->tail]));
+			assert_true(takes_new(st, st->pages[st->tail]));
 		}
 	}
 }
@@ -1305,6 +1311,58 @@ static void build_holey(struct kv_seq *s, struct kv_stream *st, struct kv_page *
 	remove_and_check(s, st, 4, 5);
 	remove_and_check(s, st, 8, 0);
 	remove_and_check(s, st, 11, 4);
+}
+
+/* A stream whose new tokens are q8 (a tight stream, policy.h) never writes
+ * them into a rotated q8 page with room (warm slots stored rotated before it
+ * became tight): new tokens arrive in model space. */
+static void test_hot_q8_skips_rotated(void **state)
+{
+	struct tkv_alloc a = {0};
+	struct kv_pool *pool = make_pool(0, 4, KV_FMT_F16, &a);
+	struct kv_seq *s = make_seq(pool, 1, 1, 16, &a);
+	struct kv_stream *st = kv_seq_stream(s, 0, 0);
+	static struct stream_rows r;
+	struct tkv_error err = {0};
+	float K[3 * 16], V[3 * 16], k[16], v[16];
+	int32_t pos[3] = { 0, 1, 2 };
+	struct kv_page *rot;
+	int why;
+
+	(void)state;
+	for (uint32_t j = 0; j < 3; j++)
+		kv_row(5, 0, 0, pos[j], 16, K + j * 16, V + j * 16);
+	kv_stream_set_hot_fmt(st, KV_FMT_Q8);
+	rot = add_filled_page(s, st, KV_FMT_Q8, 8, 1, K, V, pos, 3, &why);
+	assert_non_null(rot);
+	assert_int_equal(st->hot_free, 0);
+	s->n_pos = 3;
+	assert_int_equal(kv_seq_reserve(s, 6, &err), TKV_OK);
+	for (int32_t p = 3; p < 9; p++) {
+		kv_row(5, 0, 0, p, 16, k, v);
+		kv_seq_append(s, 0, 0, p, k, v);
+		s->n_pos = p + 1;
+	}
+	assert_int_equal(rot->n_used, 3);
+	check_acct1(pool, s);
+	rows_of(st, 16, &r);
+	for (int32_t p = 0; p < 9; p++) {
+		float amax = 0.0f;
+
+		assert_true(r.present[p]);
+		assert_int_equal(r.rot[p], p < 3); /* the rotated page kept its three */
+		if (p < 3)
+			continue;
+		/* new ones: q8 of the model-space row */
+		kv_row(5, 0, 0, p, 16, k, v);
+		for (uint32_t c = 0; c < 16; c++)
+			amax = fmaxf(amax, fabsf(k[c]));
+		for (uint32_t c = 0; c < 16; c++)
+			assert_true(fabsf(r.k[p][c] - k[c]) <= amax / 127.0f * 0.51f + 1e-4f);
+	}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
 }
 
 /* A row x of per-channel region reg of packed page pg, x0 before it was
@@ -2490,6 +2548,7 @@ int main(void)
 		cmocka_unit_test(test_reserve_all_or_nothing),
 		cmocka_unit_test(test_reserve_nomem_midway),
 		cmocka_unit_test(test_stream_bookkeeping),
+		cmocka_unit_test(test_hot_q8_skips_rotated),
 		cmocka_unit_test(test_stream_compact),
 		cmocka_unit_test(test_stream_compact_nomem),
 		cmocka_unit_test(test_random_accounting_f16),

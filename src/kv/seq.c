@@ -111,10 +111,12 @@ void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, fl
 	s->plan_set = true;
 }
 
-/* Pages new tokens go into: the stream's hot format. */
+/* Pages new tokens go into: the stream's hot format, not rotated (new tokens
+ * arrive in model space; a tight stream's hot format is q8, which its warm
+ * pages may hold rotated from before). */
 static int is_hot(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return pg->fmt == st->hot_fmt;
+	return pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT);
 }
 
 void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt)
