@@ -723,56 +723,42 @@ static bool protected_pos(const struct kv_cfg *c, const struct kv_seq *s, int32_
  * how many moved. */
 static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t n_window)
 {
-	uint32_t d = s->head_dim, moved = 0, dst = KV_NO_PAGE;
+	uint32_t moved = 0, left = 0;
 
 	if (st->hot_fmt == c->hot_fmt)
 		return 0;
-	for (uint32_t p = 0; p < st->n_pages; p++) {
-		struct kv_page *pg = st->pages[p];
+	for (int pass = 0; pass < 2; pass++) { /* count, then move */
+		for (uint32_t p = 0; p < st->n_pages; p++) {
+			struct kv_page *pg = st->pages[p];
 
-		if (pg->fmt >= st->hot_fmt || (pg->flags & KV_PAGE_FROZEN))
-			continue;
-		/* from the last slot down: a removal moves the last one in */
-		for (uint32_t j = pg->n_used; j-- > 0;) {
-			int32_t pos = pg->pos[j];
-			float k[512], v[512];
-			struct kv_page *to;
-			int why;
-
-			if (!protected_pos(c, s, pos, n_window))
+			if (pg->fmt >= st->hot_fmt || (pg->flags & KV_PAGE_FROZEN))
 				continue;
-			if (dst == KV_NO_PAGE || st->pages[dst]->n_used == st->pages[dst]->cap) {
-				dst = KV_NO_PAGE;
-				for (uint32_t i = 0; i < st->n_pages && dst == KV_NO_PAGE; i++) {
-					const struct kv_page *q = st->pages[i];
+			/* from the last slot down: a removal moves the last one in */
+			for (uint32_t j = pg->n_used; j-- > 0;) {
+				float k[512], v[512];
+				struct kv_page *to;
 
-					if (q->fmt == st->hot_fmt && q->n_used < q->cap &&
-					    !(q->flags & (KV_PAGE_FROZEN | KV_PAGE_ROT)))
-						dst = i;
+				if (!protected_pos(c, s, pg->pos[j], n_window))
+					continue;
+				if (pass == 0) {
+					left++;
+					continue;
 				}
-			}
-			if (dst == KV_NO_PAGE) {
-				struct kv_page *np = kv_pool_get(s->pool, d, st->hot_fmt, st->page_tokens, &why);
-
-				if (!np)
+				if (!(to = kv_stream_hot_page(s, st, left)))
 					return moved;
-				if (kv_stream_add_page(s, st, np)) {
-					kv_pool_put(s->pool, np);
-					return moved;
-				}
-				dst = st->n_pages - 1;
+				kv_page_load_k(pg, j, k);
+				kv_page_load_v(pg, j, v);
+				kv_page_store(to, to->n_used, pg->pos[j], k, v);
+				to->score[to->n_used] = pg->score[j];
+				kv_stream_set_used(s, st, to, to->n_used + 1);
+				kv_stream_remove_slot(s, st, p, j);
+				st->demoted++;
+				moved++;
+				left--;
 			}
-			to = st->pages[dst];
-			kv_page_load_k(pg, j, k);
-			kv_page_load_v(pg, j, v);
-			kv_tier_store(to->fmt, to->k, to->v, to->cap, d, to->n_used, k, v);
-			to->pos[to->n_used] = pos;
-			to->score[to->n_used] = pg->score[j];
-			kv_stream_set_used(s, st, to, to->n_used + 1);
-			kv_stream_remove_slot(s, st, p, j);
-			st->demoted++;
-			moved++;
 		}
+		if (left == 0)
+			break;
 	}
 	return moved;
 }

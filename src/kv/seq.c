@@ -215,9 +215,8 @@ struct compact_cost {
 };
 
 /* The full size of a stream's pages of a format. */
-static uint32_t full_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt)
+static uint32_t full_cap(const struct kv_stream *st, uint32_t fmt)
 {
-	(void)s;
 	return fmt == st->hot_fmt ? st->page_tokens : st->low_cap;
 }
 
@@ -234,10 +233,10 @@ static int partial(const struct kv_page *pg)
 }
 
 /* Private pages compaction rewrites: partly filled, or under full size. */
-static bool loose(const struct kv_seq *s, const struct kv_stream *st, const struct kv_page *pg)
+static bool loose(const struct kv_stream *st, const struct kv_page *pg)
 {
 	return pg->n_used > 0 && !(pg->flags & KV_PAGE_FROZEN) &&
-	       (pg->n_used < pg->cap || pg->cap < full_cap(s, st, pg->fmt));
+	       (pg->n_used < pg->cap || pg->cap < full_cap(st, pg->fmt));
 }
 
 /* Moves the last m slots of page a to the end of page b (same format and
@@ -349,7 +348,7 @@ static size_t stream_page_bytes(const struct kv_stream *st)
  * nothing changed then. */
 static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
 {
-	uint32_t d = s->head_dim, M = full_cap(s, st, fmt), n_loose = 0, T = 0, n_new, got = 0, t;
+	uint32_t d = s->head_dim, M = full_cap(st, fmt), n_loose = 0, T = 0, n_new, got = 0, t;
 	size_t slack = 0;
 	bool any_partial = false;
 	struct kv_page **fresh = NULL;
@@ -361,7 +360,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 	for (uint32_t i = 0; i < st->n_pages; i++) {
 		const struct kv_page *pg = st->pages[i];
 
-		if (in_group(pg, fmt, rot) && loose(s, st, pg)) {
+		if (in_group(pg, fmt, rot) && loose(st, pg)) {
 			n_loose++;
 			T += pg->n_used;
 			any_partial |= pg->n_used < pg->cap;
@@ -401,7 +400,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 		struct kv_page *pg = st->pages[i];
 		uint32_t n = pg->n_used;
 
-		if (!in_group(pg, fmt, rot) || !loose(s, st, pg))
+		if (!in_group(pg, fmt, rot) || !loose(st, pg))
 			continue;
 		/* emptied below, returned only after this call: its grid stays */
 		src[n_loose].pg = pg;
@@ -487,15 +486,16 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 	/* whether a group is worth rewriting depends on the stream's total,
 	 * which the other groups' rewrites lower: a second pass settles it, so
 	 * a compaction right after another finds nothing to do */
-	for (size_t pass = 0, was = 0, now = before; now != was && pass < 2; pass++) {
-		was = now;
+	for (int pass = 0; pass < 2; pass++) {
+		size_t was = stream_page_bytes(st);
+
 		for (uint32_t fmt = 0; fmt < KV_FMT_ALL; fmt++) {
 			for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
 				bool any = false;
 				int r;
 
 				for (uint32_t i = 0; i < st->n_pages && !any; i++)
-					any = in_group(st->pages[i], fmt, rot) && loose(s, st, st->pages[i]);
+					any = in_group(st->pages[i], fmt, rot) && loose(st, st->pages[i]);
 				if (!any)
 					continue;
 				/* in place first (no new pages, fewest slots moved), then
@@ -508,11 +508,12 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 			}
 		}
 		kv_stream_drop_empty(s, st);
-		now = stream_page_bytes(st);
+		if (stream_page_bytes(st) == was)
+			break;
 	}
 	st->n_small = st->small_slots = 0;
 	for (uint32_t i = 0; i < st->n_pages; i++)
-		if (st->pages[i]->cap < full_cap(s, st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN)) {
+		if (st->pages[i]->cap < full_cap(st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN)) {
 			st->n_small++;
 			st->small_slots += st->pages[i]->cap;
 		}
@@ -656,26 +657,54 @@ full: {
 	}
 }
 
+/* A page of st's hot format with room (the tail first), or NULL. */
+static struct kv_page *hot_room(struct kv_stream *st)
+{
+	struct kv_page *pg = st->tail == KV_NO_PAGE ? NULL : st->pages[st->tail];
+
+	if (pg && pg->n_used < pg->cap && is_hot(st, pg))
+		return pg;
+	for (uint32_t i = 0; i < st->n_pages; i++) {
+		pg = st->pages[i];
+		if (is_hot(st, pg) && pg->n_used < pg->cap) {
+			st->tail = i;
+			return pg;
+		}
+	}
+	return NULL;
+}
+
+struct kv_page *kv_stream_hot_page(struct kv_seq *s, struct kv_stream *st, uint32_t need)
+{
+	struct kv_page *pg = hot_room(st);
+	uint32_t cap;
+	int why;
+
+	if (pg)
+		return pg;
+	cap = need < st->page_tokens ? kv_stream_tail_cap(s, st, st->hot_fmt, need, st->page_tokens) : st->page_tokens;
+	if (!(pg = kv_pool_get(s->pool, s->head_dim, st->hot_fmt, cap, &why)))
+		return NULL;
+	if (kv_stream_add_page(s, st, pg)) {
+		kv_pool_put(s->pool, pg);
+		return NULL;
+	}
+	if (cap < st->page_tokens) {
+		st->n_small++;
+		st->small_slots += cap;
+	}
+	return pg;
+}
+
 void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 		   const float *k, const float *v)
 {
 	struct kv_stream *st = kv_seq_stream(s, layer, head);
-	struct kv_page *pg = st->tail == KV_NO_PAGE ? NULL : st->pages[st->tail];
+	/* reserve guarantees a hot page with room */
+	struct kv_page *pg = hot_room(st);
 	uint32_t d = s->head_dim;
 	float inv;
 
-	if (!pg || pg->n_used == pg->cap || !is_hot(st, pg)) {
-		/* find another full-precision page with room; reserve guarantees one */
-		for (uint32_t i = 0; i < st->n_pages; i++) {
-			struct kv_page *c = st->pages[i];
-
-			if (is_hot(st, c) && c->n_used < c->cap) {
-				st->tail = i;
-				pg = c;
-				break;
-			}
-		}
-	}
 	kv_page_store(pg, pg->n_used, pos, k, v);
 	kv_stream_set_used(s, st, pg, pg->n_used + 1);
 	/* running mean of keys: the context's core vector for semantic scores */

@@ -141,6 +141,10 @@ void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos
 /* Sets the format new tokens of the stream are stored in (hot pages from now
  * on; pages of the old one stay as they are). */
 void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt);
+/* A page of the stream's hot format with room: one it has, or a new one for
+ * `need` more slots (sized as kv_seq_reserve sizes a tail page); NULL when
+ * the pool refuses one (nothing changed then). */
+struct kv_page *kv_stream_hot_page(struct kv_seq *s, struct kv_stream *st, uint32_t need);
 /* Adds a page (empty or filled) to a stream; TKV_ERR_NOMEM if the page array
  * cannot grow (the page is not taken then). */
 int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg);
