@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/plot.h"
 #include "eval/metrics.h"
 #include "eval/run.h"
 #include "model/llama.h"
@@ -676,165 +677,34 @@ static int write_json(const char *path, const struct eval_opts *o, const struct 
 
 /* ---- plot --------------------------------------------------------------------- */
 
-#define PLOT_W 760
-#define PLOT_H 480
-#define PLOT_L 72     /* margins (px) */
-#define PLOT_R 170
-#define PLOT_T 44
-#define PLOT_B 56
-
-static const char *const plot_colors[TKV_POLICY_COUNT] = {
-	"#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-	"#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-};
-
-/* The y axis is symmetric-logarithmic, sign(y) log10(1 + |y|), so +0.5% and
- * +500% both show; the x axis is log2 of the KV ratio. */
-static double symlog(double y)
-{
-	return y < 0 ? -log10(1.0 - y) : log10(1.0 + y);
-}
-
-struct plot_frame {
-	double x0, x1, y0, y1;   /* data range: log2(ratio), symlog(dppl) */
-};
-
-static double px(const struct plot_frame *fr, double ratio)
-{
-	return PLOT_L + (log2(ratio) - fr->x0) / (fr->x1 - fr->x0) * (PLOT_W - PLOT_L - PLOT_R);
-}
-
-static double py(const struct plot_frame *fr, double dppl)
-{
-	return PLOT_H - PLOT_B - (symlog(dppl) - fr->y0) / (fr->y1 - fr->y0) * (PLOT_H - PLOT_T - PLOT_B);
-}
-
-static bool plottable(const struct eval_row *r)
-{
-	struct row_vals v = row_values(r);
-
-	return !r->failed && isfinite(v.ratio) && v.ratio > 0 && isfinite(v.dppl);
-}
-
+/* Delta perplexity against the KV ratio, one line per policy (first plan only). */
 static int write_plot(const char *path, const struct eval_row *rows, size_t n_rows)
 {
-	struct plot_frame fr = { INFINITY, -INFINITY, 0.0, -INFINITY };
-	FILE *f = fopen(path, "w");
-	int n_leg = 0;
+	static const struct cli_plot spec = {
+		.cmd = "eval",
+		.title = "tierkv eval: perplexity against KV bytes",
+		.y_label = "Δ perplexity vs full (%, symmetric log)",
+		.y_tip = "%+.2f%%",
+		.axis = CLI_PLOT_SYMLOG_PCT,
+	};
+	struct cli_plot_point *pts = calloc(n_rows ? n_rows : 1, sizeof *pts);
+	size_t n = 0;
+	int rc;
 
-	if (!f) {
-		fprintf(stderr, "tierkv eval: cannot create %s: %s\n", path, strerror(errno));
+	if (!pts) {
+		fprintf(stderr, "tierkv eval: out of memory\n");
 		return -1;
 	}
 	for (size_t i = 0; i < n_rows; i++) {
 		struct row_vals v = row_values(&rows[i]);
 
-		if (!plottable(&rows[i]) || rows[i].plan != 0)
+		if (rows[i].failed || rows[i].plan != 0)
 			continue;
-		fr.x0 = fmin(fr.x0, floor(log2(v.ratio)));
-		fr.x1 = fmax(fr.x1, ceil(log2(v.ratio)));
-		fr.y0 = fmin(fr.y0, symlog(v.dppl));
-		fr.y1 = fmax(fr.y1, symlog(v.dppl));
+		pts[n++] = (struct cli_plot_point){ rows[i].policy, rows[i].budget, v.ratio, v.dppl };
 	}
-	if (!isfinite(fr.x0)) {
-		fr.x0 = -4;
-		fr.x1 = 0;
-	}
-	if (fr.x1 - fr.x0 < 1)
-		fr.x0 = fr.x1 - 1;
-	/* half decades, so a small negative delta does not take a decade of room */
-	fr.y0 = floor(2 * fr.y0) / 2;
-	fr.y1 = fmax(ceil(2 * fr.y1) / 2, fr.y0 + 1);
-
-	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-		"font-family=\"sans-serif\" font-size=\"12\">\n"
-		"<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-		"<text x=\"%d\" y=\"24\" font-size=\"15\">tierkv eval: perplexity against KV bytes</text>\n",
-		PLOT_W, PLOT_H, PLOT_W, PLOT_H, PLOT_L);
-	/* grid and ticks: powers of two across, 0 and powers of ten up and down */
-	for (double e = fr.x0; e <= fr.x1 + 1e-9; e += 1) {
-		double x = px(&fr, exp2(e));
-
-		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, PLOT_T, x,
-			PLOT_H - PLOT_B);
-		if (e >= 0)
-			fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", x, PLOT_H - PLOT_B + 16,
-				exp2(e));
-		else
-			fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">1/%g</text>\n", x,
-				PLOT_H - PLOT_B + 16, exp2(-e));
-	}
-	for (int j = -1; j <= 16; j++) {
-		for (int sign = 1; sign >= -1; sign -= 2) {
-			/* 0, 1, 3, 10, 30, ... */
-			double val = j < 0 ? 0.0 : sign * pow(10, j / 2) * (j % 2 ? 3 : 1), y;
-
-			if (symlog(val) < fr.y0 - 1e-9 || symlog(val) > fr.y1 + 1e-9 || (j < 0 && sign < 0))
-				continue;
-			y = py(&fr, val);
-			fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>\n", PLOT_L, y,
-				PLOT_W - PLOT_R, y, val == 0 ? "#999" : "#ddd");
-			fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%+g%%</text>\n", PLOT_L - 6, y + 4,
-				val);
-		}
-	}
-	fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", PLOT_L,
-		PLOT_T, PLOT_W - PLOT_L - PLOT_R, PLOT_H - PLOT_T - PLOT_B);
-	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">KV bytes (peak) / full f16 cache (log scale)</text>\n",
-		(PLOT_W - PLOT_R + PLOT_L) / 2, PLOT_H - 14);
-	fprintf(f, "<text transform=\"translate(18 %d) rotate(-90)\" text-anchor=\"middle\">"
-		"Δ perplexity vs full (%%, symmetric log)</text>\n", (PLOT_H - PLOT_B + PLOT_T) / 2);
-
-	/* one polyline with markers per policy, points in order of ratio */
-	for (int pol = 0; pol < TKV_POLICY_COUNT; pol++) {
-		const struct eval_row *pts[EVAL_MAX_BUDGETS + 1];
-		size_t n = 0;
-
-		for (size_t i = 0; i < n_rows && n < EVAL_MAX_BUDGETS + 1; i++)
-			if ((int)rows[i].policy == pol && plottable(&rows[i]) && rows[i].plan == 0)
-				pts[n++] = &rows[i];
-		if (n == 0)
-			continue;
-		for (size_t i = 1; i < n; i++) /* insertion sort by ratio */
-			for (size_t j = i; j > 0 && row_values(pts[j]).ratio < row_values(pts[j - 1]).ratio; j--) {
-				const struct eval_row *tmp = pts[j];
-
-				pts[j] = pts[j - 1];
-				pts[j - 1] = tmp;
-			}
-		fprintf(f, "<g stroke=\"%s\" fill=\"%s\">\n", plot_colors[pol], plot_colors[pol]);
-		if (n > 1) {
-			fprintf(f, "<polyline fill=\"none\" stroke-width=\"1.5\" points=\"");
-			for (size_t i = 0; i < n; i++) {
-				struct row_vals v = row_values(pts[i]);
-
-				fprintf(f, "%s%.1f,%.1f", i ? " " : "", px(&fr, v.ratio), py(&fr, v.dppl));
-			}
-			fprintf(f, "\"/>\n");
-		}
-		for (size_t i = 0; i < n; i++) {
-			struct row_vals v = row_values(pts[i]);
-
-			fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\"><title>%s @ %g: ratio %.3f, %+.2f%%</title>"
-				"</circle>\n", px(&fr, v.ratio), py(&fr, v.dppl), tkv_policy_name(pts[i]->policy),
-				pts[i]->budget, v.ratio, v.dppl);
-		}
-		fprintf(f, "</g>\n");
-		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>"
-			"<circle cx=\"%d\" cy=\"%d\" r=\"3.5\" fill=\"%s\"/>"
-			"<text x=\"%d\" y=\"%d\">%s</text>\n",
-			PLOT_W - PLOT_R + 14, PLOT_T + 8 + 18 * n_leg, PLOT_W - PLOT_R + 38, PLOT_T + 8 + 18 * n_leg,
-			plot_colors[pol], PLOT_W - PLOT_R + 26, PLOT_T + 8 + 18 * n_leg, plot_colors[pol],
-			PLOT_W - PLOT_R + 44, PLOT_T + 12 + 18 * n_leg, tkv_policy_name((enum tkv_policy)pol));
-		n_leg++;
-	}
-	fprintf(f, "</svg>\n");
-	if (fclose(f)) {
-		fprintf(stderr, "tierkv eval: cannot write %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	return 0;
+	rc = cli_plot_write(path, &spec, pts, n);
+	free(pts);
+	return rc;
 }
 
 /* ---- main --------------------------------------------------------------------- */
