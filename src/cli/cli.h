@@ -92,5 +92,9 @@ int cli_bench(int argc, char **argv);
 int cli_bench_serve(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+/* `tierkv eval --retrieval` (eval_retrieval.c), reached from cli_eval. */
+int cli_eval_retrieval(int argc, char **argv);
+/* The text of `tierkv eval --help`, both modes. */
+void cli_eval_help(void);
 
 #endif

@@ -52,9 +52,10 @@
 #define EVAL_PLAN_NAME 512
 #define EVAL_MAX_SHARES 8
 
-static void eval_help(void)
+void cli_eval_help(void)
 {
 	printf("usage: tierkv eval -m MODEL -f TEXT [-f TEXT ...] [options]\n"
+	       "       tierkv eval --retrieval TASKS -m MODEL -f FILLER [-f FILLER ...] [options]\n"
 	       "\n"
 	       "Runs each text teacher-forced with the full cache, then with every policy at\n"
 	       "every budget, and prints a markdown table of perplexity, KL divergence and\n"
@@ -86,7 +87,30 @@ static void eval_help(void)
 	       "\n"
 	       "The --kv-* options below set the base parameters of every policy run (the\n"
 	       "reference is always the full f16 cache); --policies and --budgets take the\n"
-	       "place of --kv-policy and --kv-budget. --kv-stats prints each run's cache.\n\n",
+	       "place of --kv-policy and --kv-budget. --kv-stats prints each run's cache.\n"
+	       "\n"
+	       "Retrieval: tierkv eval --retrieval TASKS -m MODEL -f FILLER... [options]\n"
+	       "Instead of perplexity, runs retrieval prompts made from the -f files (any text;\n"
+	       "filler from a random spot, in whole lines or sentences) for the full cache and\n"
+	       "every policy x budget. The haystack goes through the cache in prefill chunks\n"
+	       "of -b under the policy and a cap of budget x the full f16 K+V bytes of the\n"
+	       "prompt; only then is the question decoded and the answer generated greedily\n"
+	       "and scored. Prints accuracy per task and its mean against KV bytes.\n"
+	       "      --retrieval TASKS comma list of passkey, niah, multikey, multivalue,\n"
+	       "                        vartrack, copy, or 'all' (formats: docs/retrieval.md)\n"
+	       "      --ctx-lens LIST   sample lengths in tokens (prompt + answer), each at most\n"
+	       "                        the context (default: the context, -c or the model's)\n"
+	       "      --depths LIST     needle depths as fractions of the haystack, in [0, 1]\n"
+	       "                        (default 0,0.25,0.5,0.75,1)\n"
+	       "      --samples N       prompts per task x length x depth (default 2)\n"
+	       "      --seed S          seed of the prompts (default 1); the same seed, files and\n"
+	       "                        tokenizer give the same prompts\n"
+	       "      --grid POLICY     also print that policy's accuracy by depth and length\n"
+	       "  -v, --verbose         each answer, expected and generated, on stderr\n"
+	       "      --json, --plot    as above: one object per row (per task, length and depth\n"
+	       "                        counts); an SVG of mean accuracy against the KV ratio\n"
+	       "--policies, --budgets, -c, -b, -t and the --kv-* options work as above; --gen,\n"
+	       "--prefill, --copy-test, --layer-plans and --shares are perplexity options only.\n\n",
 	       EVAL_GEN_PREFIX);
 	cli_kv_help();
 }
@@ -189,7 +213,7 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 		const char *s = argv[a.i], *v;
 
 		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			eval_help();
+			cli_eval_help();
 			return -1;
 		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
 			if (!(o->model = cli_value(&a, s)))
@@ -753,6 +777,9 @@ int cli_eval(int argc, char **argv)
 	double t_start = cli_now(), ref_seconds = 0.0;
 	int rc = CLI_ERR, st;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--retrieval"))
+			return cli_eval_retrieval(argc, argv);
 	st = parse(argc, argv, &o);
 	if (st == -1)
 		return CLI_OK;

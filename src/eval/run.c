@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/status.h"
 
 int evr_init(struct evr_ctx *x, struct tkv_model *m, size_t prefill, uint32_t n_ctx, struct tkv_alloc *a)
 {
@@ -242,5 +243,51 @@ int evr_row_run(struct evr_ctx *x, const struct tkv_engine_params *ep, const str
 		out->gen_done = 1;
 	}
 	tkv_free(x->alloc, gen);
+	return st;
+}
+
+int evr_ask_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct evr_ask *a, struct tkv_error *err)
+{
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct evr_pass peaks = { 0 };
+	size_t batch = ep->n_batch ? ep->n_batch : 1;
+	int st;
+
+	a->n_out = a->n_past = 0;
+	a->kv_peak = a->alloc_peak = 0;
+	if (a->n_context == 0 || a->n_context > a->n)
+		return tkv_errf(err, TKV_ERR_ARG, "eval: a question needs a context (%zu of %zu tokens)",
+				a->n_context, a->n);
+	if ((st = open_seq(x, ep, &e, &s, err)))
+		return st;
+	for (size_t done = 0; done < a->n_context; done += batch) {
+		size_t c = a->n_context - done < batch ? a->n_context - done : batch;
+
+		if ((st = tkv_seq_decode(s, a->ids + done, c, x->buf, 0, err)))
+			goto out;
+		sample_kv(s, &peaks);
+	}
+	if (a->n > a->n_context) {
+		if ((st = tkv_seq_decode(s, a->ids + a->n_context, a->n - a->n_context, x->buf, 0, err)))
+			goto out;
+		sample_kv(s, &peaks);
+	}
+	while (a->n_out < a->n_gen) {
+		a->gen[a->n_out] = (int32_t)evm_argmax(x->buf, x->n_vocab);
+		a->n_out++;
+		if (a->n_out == a->n_gen || (a->done && a->done(a->ctx, a->gen, a->n_out)))
+			break;
+		if ((st = tkv_seq_decode(s, &a->gen[a->n_out - 1], 1, x->buf, 0, err)))
+			goto out;
+		sample_kv(s, &peaks);
+	}
+	tkv_seq_kv_stats(s, &a->end);
+	a->n_past = tkv_seq_n_past(s);
+out:
+	a->kv_peak = peaks.kv_peak;
+	a->alloc_peak = peaks.alloc_peak;
+	tkv_seq_free(s);
+	tkv_engine_free(e);
 	return st;
 }

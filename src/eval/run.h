@@ -19,6 +19,7 @@
 #ifndef TKV_EVAL_RUN_H
 #define TKV_EVAL_RUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -109,5 +110,28 @@ struct evr_row {
  * valid (the pass's when the generation failed). */
 int evr_row_run(struct evr_ctx *x, const struct tkv_engine_params *ep, const struct evr_ref *ref,
 		const int32_t *ids, size_t n, struct evr_row *out, enum evr_stage *stage, struct tkv_error *err);
+
+/* A question asked of a compressed cache (the retrieval tasks): on a fresh
+ * engine and sequence with ep, the context ids[0..n_context) is decoded in
+ * calls of n_batch tokens, as a server streams a prompt - the policy's rounds
+ * and the byte cap act between them without knowing the question - then the
+ * question ids[n_context..n) in one call (chunked the same way), then up to
+ * n_gen greedy tokens, one per call, until done(ctx, gen, k) says the answer
+ * is over after its k-th token. The sequence's K+V bytes are read after
+ * every call. */
+struct evr_ask {
+	const int32_t *ids;
+	size_t n, n_context;        /* 1 <= n_context <= n */
+	size_t n_gen;
+	bool (*done)(void *ctx, const int32_t *gen, size_t k);  /* may be NULL */
+	void *ctx;
+	int32_t *gen;               /* (n_gen) the caller's; out: the answer */
+	size_t n_out;               /* out: tokens in gen */
+	size_t n_past;              /* out: tokens the sequence took in (the last answer token is not decoded) */
+	size_t kv_peak, alloc_peak; /* out: as in evr_pass */
+	struct tkv_kv_stats end;    /* out: the sequence's cache after the answer */
+};
+
+int evr_ask_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct evr_ask *a, struct tkv_error *err);
 
 #endif
