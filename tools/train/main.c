@@ -131,7 +131,8 @@ static int cmd_vocab(int argc, char **argv)
 		return EXIT_RUN;
 	}
 	while (fgets(line, sizeof line, fp)) {
-		char *tab = strchr(line, '\t');
+		/* the score follows the last tab: a piece may hold tabs (code indentation) */
+		char *tab = strrchr(line, '\t');
 		size_t len;
 
 		if (!tab) {
