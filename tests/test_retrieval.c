@@ -522,11 +522,13 @@ static void test_score_tokens(void **state)
 	nl = ids[n - 1];
 	ids[0] = 300;
 	ids[1] = nl;
-	assert_false(retr_answer_done(F.c, ids, 1));
-	assert_true(retr_answer_done(F.c, ids, 2));
+	assert_false(retr_answer_done(F.c, &s, ids, 1));
+	assert_true(retr_answer_done(F.c, &s, ids, 2));
+	assert_false(retr_answer_done(F.c, &cp, ids, 2));   /* copy goes on over lines */
 	ids[1] = tok_eos(F.tok);
-	assert_true(retr_answer_done(F.c, ids, 2));
-	assert_false(retr_answer_done(F.c, ids, 0));
+	assert_true(retr_answer_done(F.c, &s, ids, 2));
+	assert_true(retr_answer_done(F.c, &cp, ids, 2));
+	assert_false(retr_answer_done(F.c, &s, ids, 0));
 }
 
 /* Every allocation of the corpus and of a sample of each task, failed in

@@ -296,9 +296,17 @@ static struct tkv_engine_params row_params(const struct rq_opts *o, const struct
 	return ep;
 }
 
+/* evr_ask's stop test for one sample */
+struct rq_done {
+	const struct retr_corpus *c;
+	const struct retr_sample *s;
+};
+
 static bool answer_done(void *ctx, const int32_t *gen, size_t k)
 {
-	return retr_answer_done(ctx, gen, k);
+	const struct rq_done *d = ctx;
+
+	return retr_answer_done(d->c, d->s, gen, k);
 }
 
 /* Runs sample i with row r and books the result. */
@@ -309,8 +317,9 @@ static int run_one(struct rq_ctx *x, size_t r, size_t i)
 	const struct retr_task *task = &retr_tasks[s->task];
 	struct tkv_engine_params ep = row_params(x->o, row, s->n_ids, x->bpt);
 	int32_t gen[RETR_ANSWER_MAX];
+	struct rq_done dc = { x->corpus, s };
 	struct evr_ask a = { .ids = s->ids, .n = s->n_ids, .n_context = s->n_context, .n_gen = task->n_answer,
-			     .done = answer_done, .ctx = x->corpus, .gen = gen };
+			     .done = answer_done, .ctx = &dc, .gen = gen };
 	struct tkv_error err = { 0 };
 	struct retr_score sc;
 	double t0 = cli_now();

@@ -913,9 +913,9 @@ static int make_vartrack(const struct retr_corpus *c, struct retr_sample *s, str
 	return TKV_OK;
 }
 
-/* A copy passage: from a random line on (lines joined by spaces), the text of
- * the first RETR_COPY_PASSAGE tokens it has on a line of its own, into *p
- * (allocated). *next gets the line after the last one used. */
+/* A copy passage: from a random line on (its lines kept), the text of the
+ * first RETR_COPY_PASSAGE tokens it has after a newline, into *p (allocated).
+ * *next gets the line after the last one used. */
 static int copy_passage(const struct retr_corpus *c, struct rng *r, char **p, size_t *p_len, size_t *next,
 			struct tkv_error *err)
 {
@@ -939,12 +939,12 @@ static int copy_passage(const struct retr_corpus *c, struct rng *r, char **p, si
 		const struct retr_unit *u = &us->u[(line + j) % us->n];
 
 		if (j)
-			s[bytes++] = ' ';
+			s[bytes++] = '\n';
 		memcpy(s + bytes, c->text + u->off, u->len);
 		bytes += u->len;
 	}
 	s[bytes] = 0;
-	/* its tokens after a newline, as on its own line in the prompt */
+	/* its tokens after a newline, as in the prompt */
 	if ((st = encode(c, s, bytes, false, &ids, &n_ids, err)))
 		goto out;
 	if (!(start = tkv_malloc(c->alloc, (n_ids + 1) * sizeof *start))) {
@@ -962,7 +962,7 @@ static int copy_passage(const struct retr_corpus *c, struct rng *r, char **p, si
 		}
 		if (t0 + RETR_COPY_PASSAGE < n_ids)
 			end = start[t0 + RETR_COPY_PASSAGE];
-		while (end > 1 && s[end - 1] == ' ')
+		while (end > 1 && (s[end - 1] == ' ' || s[end - 1] == '\n'))
 			end--;
 		*p_len = end - 1;
 		if (!(*p = tkv_strndup(c->alloc, s + 1, end - 1)))
@@ -998,9 +998,9 @@ out:
 	return st;
 }
 
-/* copy: a passage on its own line at the depth; the prompt ends with a
- * newline and the text of its first 16 tokens, and the next 32 are the
- * answer. The filler starts right after the passage's lines, so it holds the
+/* copy: a passage (whole lines from another spot, its lines kept) between
+ * two filler lines at the depth; the prompt ends with a newline and the text
+ * of its first 16 tokens, and the next 32 are the answer. The filler starts right after the passage's lines, so it holds the
  * passage again only when the corpus is shorter than the haystack. A spot
  * whose tokens 2-16 do not come out the same in the prompt and at its end is
  * replaced by another (the first may differ: at depth 0 the passage opens
@@ -1115,7 +1115,7 @@ size_t retr_decode(const struct retr_corpus *c, const int32_t *ids, size_t n, ch
 	return len;
 }
 
-bool retr_answer_done(const struct retr_corpus *c, const int32_t *gen, size_t n)
+bool retr_answer_done(const struct retr_corpus *c, const struct retr_sample *s, const int32_t *gen, size_t n)
 {
 	char piece[512];
 	int k;
@@ -1124,6 +1124,8 @@ bool retr_answer_done(const struct retr_corpus *c, const int32_t *gen, size_t n)
 		return false;
 	if (tok_is_eog(c->tok, gen[n - 1]))
 		return true;
+	if (!retr_tasks[s->task].one_line)
+		return false;
 	k = tok_decode(c->tok, gen[n - 1], false, piece, sizeof piece);
 	return k > 0 && memchr(piece, '\n', (size_t)k < sizeof piece ? (size_t)k : sizeof piece) != NULL;
 }
@@ -1244,7 +1246,7 @@ void retr_score(const struct retr_corpus *c, const struct retr_sample *s, const 
 	char text[1024], *nl;
 
 	retr_decode(c, ids, n, text, sizeof text);
-	if ((nl = strchr(text, '\n')))
+	if (retr_tasks[s->task].one_line && (nl = strchr(text, '\n')))
 		*nl = 0;
 	out->tok_match = 0;
 	out->tok_total = s->task == RETR_COPY ? s->n_expect : 0;
@@ -1254,12 +1256,12 @@ void retr_score(const struct retr_corpus *c, const struct retr_sample *s, const 
 /* ---- the table --------------------------------------------------------------- */
 
 const struct retr_task retr_tasks[RETR_TASK_COUNT] = {
-	[RETR_PASSKEY] = { "passkey", RETR_NUM_ANSWER, make_passkey, score_passkey },
-	[RETR_NIAH] = { "niah", RETR_NUM_ANSWER, make_niah, score_key },
-	[RETR_MULTIKEY] = { "multikey", RETR_NUM_ANSWER, make_multikey, score_key },
-	[RETR_MULTIVALUE] = { "multivalue", RETR_MV_ANSWER, make_multivalue, score_multivalue },
-	[RETR_VARTRACK] = { "vartrack", RETR_VT_ANSWER, make_vartrack, score_vartrack },
-	[RETR_COPY] = { "copy", RETR_COPY_ANSWER, make_copy, score_copy },
+	[RETR_PASSKEY] = { "passkey", RETR_NUM_ANSWER, true, make_passkey, score_passkey },
+	[RETR_NIAH] = { "niah", RETR_NUM_ANSWER, true, make_niah, score_key },
+	[RETR_MULTIKEY] = { "multikey", RETR_NUM_ANSWER, true, make_multikey, score_key },
+	[RETR_MULTIVALUE] = { "multivalue", RETR_MV_ANSWER, true, make_multivalue, score_multivalue },
+	[RETR_VARTRACK] = { "vartrack", RETR_VT_ANSWER, true, make_vartrack, score_vartrack },
+	[RETR_COPY] = { "copy", RETR_COPY_ANSWER, false, make_copy, score_copy },
 };
 
 int retr_task_find(const char *name)

@@ -14,8 +14,9 @@
  *               depths, the asked one at the chosen depth
  *   multivalue  four needles with one key and four values; all asked
  *   vartrack    RULER's variable tracking: a chain of four assignments
- *   copy        a 64-token passage on its own line; the prompt ends with its
- *               first 16 tokens and the next 32 are the answer
+ *   copy        a 64-token passage of whole lines from another spot; the
+ *               prompt ends with its first 16 tokens, the next 32 are the
+ *               answer
  *
  * A sample's length L counts the whole sequence it takes: BOS, the prompt and
  * the task's answer tokens (so L <= the context always fits); the prompt is
@@ -91,13 +92,15 @@ struct retr_score {
 	size_t tok_match, tok_total;   /* copy: greedy tokens equal to the passage's, of 32 */
 };
 
-/* A task: its name, the most tokens its answer is generated for, its
- * generator (fills s->text, ids and the answer from s->task, length, depth
- * and seed; on failure s holds nothing) and its scorer (text: the generated
- * tokens ids[0..n) decoded, up to the first newline or not). */
+/* A task: its name, the most tokens its answer is generated for, whether
+ * the answer is one line, its generator (fills s->text, ids and the answer
+ * from s->task, length, depth and seed; on failure s holds nothing) and its
+ * scorer (text: the generated tokens ids[0..n) decoded, up to the first
+ * newline for a one-line answer). */
 struct retr_task {
 	const char *name;
 	size_t n_answer;
+	bool one_line;      /* the answer ends at its first newline (all but copy) */
 	int (*make)(const struct retr_corpus *c, struct retr_sample *s, struct tkv_error *err);
 	bool (*score)(const struct retr_sample *s, const char *text, const int32_t *ids, size_t n,
 		      size_t *tok_match);
@@ -134,9 +137,9 @@ void retr_sample_free(const struct retr_corpus *c, struct retr_sample *s);
 /* Decodes ids[0..n) as output text into buf (cap bytes, always NUL-terminated;
  * control tokens add nothing). Returns the length written. */
 size_t retr_decode(const struct retr_corpus *c, const int32_t *ids, size_t n, char *buf, size_t cap);
-/* Whether a greedy answer is over after gen[n - 1]: an end-of-generation
- * token, or a piece with a newline. */
-bool retr_answer_done(const struct retr_corpus *c, const int32_t *gen, size_t n);
+/* Whether a greedy answer to s is over after gen[n - 1]: an
+ * end-of-generation token, or (one-line answers) a piece with a newline. */
+bool retr_answer_done(const struct retr_corpus *c, const struct retr_sample *s, const int32_t *gen, size_t n);
 /* Scores the generated ids[0..n) of sample s. */
 void retr_score(const struct retr_corpus *c, const struct retr_sample *s, const int32_t *ids, size_t n,
 		struct retr_score *out);
