@@ -237,7 +237,7 @@ def example_text(rng, task, n_tok):
 def retrieval_row(args):
     seed, n = args
     rng = random.Random(seed)
-    task = rng.choices(TASKS, TASK_W)[0]
+    task = rng.choices(TASKS, G.get("task_w", TASK_W))[0]
     target = int(n * (0.15 + 0.85 * rng.random() ** 0.5))
     ids = []
     for _ in range(4):
@@ -393,8 +393,18 @@ def cmd_train(a):
 
     say(f"data ready in {time.time() - t0:.1f}s: " + ", ".join(f"{s} {len(G['toks'][s]) / 1e6:.1f}M tok" for s in names)
         + f"; {sum(len(t) for t in G['toks'].values()) / 1e6:.1f}M tokens in all")
+    if a.task_w:
+        G["task_w"] = [float(x) for x in a.task_w.split(",")]
     pool = mp.Pool(a.procs)  # forked before CUDA starts
-    model = LM(a).to(dev)
+    model = LM(a)
+    if a.init:
+        z = load_parts(a.init)
+        names = gguf_names(model)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(torch.from_numpy(z[names[n]].astype(np.float32)))
+        say(f"weights from {a.init} ({open(os.path.join(a.init, 'w.tag')).read().strip()})")
+    model = model.to(dev)
     n_par = sum(p.numel() for p in model.parameters())
     say(f"model: {n_par / 1e6:.2f}M parameters, dim {a.dim}, {a.layers} layers, {a.heads} heads/{a.kv_heads} kv, "
         f"ff {a.ff}, vocab {a.vocab}, ctx {a.ctx}, device {dev}")
@@ -485,11 +495,46 @@ def quick_eval(model, a, dev, say):
     model.train()
 
 
+def load_parts(d):
+    """The weights save_weights (or q8 below) wrote to d, as a dict of arrays."""
+    import io
+    parts = sorted((f for f in os.listdir(d) if re.fullmatch(r"w\d+\.part", f)), key=lambda f: int(f[1:-5]))
+    z = np.load(io.BytesIO(b"".join(open(os.path.join(d, f), "rb").read() for f in parts)))
+    out = {}
+    for k in z.files:
+        if k.endswith(".q8"):  # blocks of 32 int8 codes, one float16 scale each
+            n = k[:-3]
+            w = z[k].astype(np.float32) * z[n + ".scale"].astype(np.float32)[:, None]
+            out[n] = w.reshape(tuple(z[n + ".shape"]))
+        elif not k.endswith((".scale", ".shape")):
+            out[k] = z[k]
+    return out
+
+
+def cmd_q8(a):
+    """Rewrites a run's weights with matrices as 8-bit blocks (half the bytes), to carry as --init."""
+    z = load_parts(a.weights)
+    arrs = {}
+    for k, w in z.items():
+        if w.ndim == 2 and w.size % 32 == 0:
+            b = w.astype(np.float32).reshape(-1, 32)
+            sc = np.abs(b).max(1) / 127.0
+            sc[sc == 0] = 1.0
+            arrs[k + ".q8"] = np.round(b / sc[:, None]).astype(np.int8)
+            arrs[k + ".scale"] = sc.astype(np.float16)
+            arrs[k + ".shape"] = np.array(w.shape, np.int64)
+        else:
+            arrs[k] = w
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "w0.part"), "wb") as f:
+        np.savez(f, **arrs)
+    with open(os.path.join(a.weights, "w.tag")) as f, open(os.path.join(a.out, "w.tag"), "w") as g:
+        g.write(f.read().strip() + " (8-bit blocks)\n")
+
+
 def cmd_export(a):
     """Writes a TKVTRN01 checkpoint (zero AdamW moments) from the weight parts."""
-    parts = sorted((f for f in os.listdir(a.weights) if re.fullmatch(r"w\d+\.part", f)), key=lambda f: int(f[1:-5]))
-    import io
-    z = np.load(io.BytesIO(b"".join(open(os.path.join(a.weights, f), "rb").read() for f in parts)))
+    z = load_parts(a.weights)
     dim, layers, heads, kv, ff, vocab, ctx = (int(x) for x in z["__shape"])
     rope_base, eps = (float(x) for x in z["__float"])
     order = ["token_embd.weight", "output_norm.weight", "output.weight"]
@@ -551,10 +596,15 @@ def main():
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--save-every", type=float, default=120.0)
+    t.add_argument("--init", help="start from the weights in this directory (a run's output)")
+    t.add_argument("--task-w", help="weights of the retrieval tasks, in the order " + ",".join(TASKS))
     t.add_argument("--eval-trials", type=int, default=8, help="greedy retrieval checks at the end (0: none)")
     e = sub.add_parser("export")
     e.add_argument("--weights", required=True)
     e.add_argument("--ckpt", required=True)
+    q = sub.add_parser("q8")
+    q.add_argument("--weights", required=True)
+    q.add_argument("--out", required=True)
     s = sub.add_parser("sample")
     s.add_argument("--data", required=True)
     s.add_argument("--task", choices=TASKS, default="passkey")
@@ -569,6 +619,8 @@ def main():
         cmd_train(a)
     elif a.cmd == "export":
         cmd_export(a)
+    elif a.cmd == "q8":
+        cmd_q8(a)
     else:
         cmd_sample(a)
 
