@@ -5,6 +5,7 @@
 #ifndef TKV_CLI_CLI_H
 #define TKV_CLI_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -68,6 +69,10 @@ int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum 
 /* One sharing spec "C" or "C:L" (the first len bytes of v) into cos and from
  * (see --kv-share); 0 or a usage error. */
 int cli_share_spec(struct cli_args *a, const char *opt, const char *v, size_t len, float *cos, uint32_t *from);
+/* A comma list of numbers in [lo, hi] ((lo, hi] if lo_open) into out[max];
+ * a usage error (status 2) names opt otherwise. */
+int cli_parse_numbers(struct cli_args *a, const char *opt, const char *v, double lo, double hi, bool lo_open,
+		      double *out, size_t max, size_t *n);
 int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n);
 /* Prints the --kv-* options for a --help text. */
 void cli_kv_help(void);

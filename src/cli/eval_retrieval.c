@@ -107,30 +107,6 @@ static int parse_lens(struct cli_args *a, const char *v, struct rq_opts *o)
 	return 0;
 }
 
-/* A comma list of depths in [0, 1]. */
-static int parse_depths(struct cli_args *a, const char *v, struct rq_opts *o)
-{
-	const char *p = v;
-
-	o->n_depths = 0;
-	do {
-		char *end;
-		double x;
-
-		errno = 0;
-		x = strtod(p, &end);
-		if (errno || end == p || (*end && *end != ','))
-			return cli_usage_error(a, "--depths: '%s' is not a list of numbers", v);
-		if (!(x >= 0.0 && x <= 1.0))
-			return cli_usage_error(a, "--depths: %g is not in [0, 1]", x);
-		if (o->n_depths == RQ_MAX_DEPTHS)
-			return cli_usage_error(a, "--depths: at most %d depths", RQ_MAX_DEPTHS);
-		o->depths[o->n_depths++] = x;
-		p = *end ? end + 1 : end;
-	} while (*p);
-	return 0;
-}
-
 static int parse(int argc, char **argv, struct rq_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
@@ -174,7 +150,8 @@ static int parse(int argc, char **argv, struct rq_opts *o)
 			if (!(v = cli_value(&a, s)) || (rc = parse_lens(&a, v, o)))
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--depths")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_depths(&a, v, o)))
+			if (!(v = cli_value(&a, s)) ||
+			    (rc = cli_parse_numbers(&a, s, v, 0.0, 1.0, false, o->depths, RQ_MAX_DEPTHS, &o->n_depths)))
 				return CLI_USAGE;
 		} else if (!strcmp(s, "--samples")) {
 			if ((rc = cli_int(&a, s, 1, 100000, &o->samples)))

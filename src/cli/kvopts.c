@@ -63,7 +63,8 @@ int cli_share_spec(struct cli_args *a, const char *opt, const char *v, size_t le
 	return 0;
 }
 
-int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n)
+int cli_parse_numbers(struct cli_args *a, const char *opt, const char *v, double lo, double hi, bool lo_open,
+		      double *out, size_t max, size_t *n)
 {
 	const char *p = v;
 
@@ -76,8 +77,8 @@ int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, doub
 		b = strtod(p, &end);
 		if (errno || end == p || (*end && *end != ','))
 			return cli_usage_error(a, "%s: '%s' is not a list of numbers", opt, v);
-		if (!(b > 0 && b <= 1))
-			return cli_usage_error(a, "%s: %g is not in (0, 1]", opt, b);
+		if (!((lo_open ? b > lo : b >= lo) && b <= hi))
+			return cli_usage_error(a, "%s: %g is not in %c%g, %g]", opt, b, lo_open ? '(' : '[', lo, hi);
 		if (*n == max)
 			return cli_usage_error(a, "%s: at most %zu values", opt, max);
 		out[(*n)++] = b;
@@ -86,6 +87,11 @@ int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, doub
 	if (*n == 0)
 		return cli_usage_error(a, "%s: no value given", opt);
 	return 0;
+}
+
+int cli_parse_fractions(struct cli_args *a, const char *opt, const char *v, double *out, size_t max, size_t *n)
+{
+	return cli_parse_numbers(a, opt, v, 0.0, 1.0, true, out, max, n);
 }
 
 void cli_kv_help(void)
