@@ -38,7 +38,6 @@ import sys
 import time
 
 import numpy as np
-import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
@@ -73,6 +72,7 @@ G = {}  # per process: sp, docs (text), text (joined), toks (np.uint16), cpt, wo
 
 
 def _tok_chunk(args):
+    import sentencepiece as spm
     model, docs = args
     sp = spm.SentencePieceProcessor(model_file=model)
     out = []
@@ -88,6 +88,7 @@ def _read_xz(path):
 
 def load_data(d, procs):
     """Reads the sources, tokenizes them (cached in DIR/tok/), fills G."""
+    import sentencepiece as spm
     model = os.path.join(d, "lc.model")
     G["sp"] = spm.SentencePieceProcessor(model_file=model)
     names = [s for s in SOURCES if os.path.exists(os.path.join(d, s + ".train.xz"))]
