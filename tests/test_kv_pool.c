@@ -734,6 +734,29 @@ static void test_pool_used_rounding(void **state)
 	kv_pool_free(pool);
 }
 
+/* kv_share is floor(bytes * n / cap) without 128-bit integers: against plain
+ * 64-bit arithmetic where the product fits, and at the ends for large sizes. */
+static void test_share_exact(void **state)
+{
+	(void)state;
+	tu_rng_seed(11);
+	for (int i = 0; i < 100000; i++) {
+		uint32_t cap = 1 + tu_rng_u32() % 4096, n = tu_rng_u32() % (cap + 1);
+		size_t bytes = tu_rng_u32();
+
+		assert_int_equal(kv_share(bytes, n, cap), (size_t)((uint64_t)bytes * n / cap));
+	}
+	for (int i = 0; i < 1000; i++) {
+		uint32_t cap = 1 + tu_rng_u32(), n = tu_rng_u32() % cap;
+		size_t bytes = ((size_t)tu_rng_u32() << 30) | tu_rng_u32();
+
+		assert_int_equal(kv_share(bytes, cap, cap), bytes);
+		assert_int_equal(kv_share(bytes, 0, cap), 0);
+		assert_true(kv_share(bytes, n, cap) <= kv_share(bytes, n + 1, cap));
+		assert_true(kv_share(bytes, n + 1, cap) - kv_share(bytes, n, cap) <= bytes / cap + 1);
+	}
+}
+
 /* ---- sequences ------------------------------------------------------------------ */
 
 /* A sequence holds one page per stream for its first token, not the context. */
@@ -2542,6 +2565,7 @@ int main(void)
 		cmocka_unit_test(test_page_store_rounding),
 		cmocka_unit_test(test_pool_get_put_budget),
 		cmocka_unit_test(test_pool_used_rounding),
+		cmocka_unit_test(test_share_exact),
 		cmocka_unit_test(test_pages_on_demand),
 		cmocka_unit_test(test_centroid),
 		cmocka_unit_test(test_free_returns_everything),

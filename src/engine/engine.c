@@ -241,8 +241,8 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
 			const struct kv_page *pg = st->pages[p];
 
 			out->allocated += pg->bytes;
-			out->used += (size_t)((unsigned __int128)pg->bytes * pg->n_used / pg->cap);
-			out->kv_bytes += (size_t)((unsigned __int128)pg->kv_bytes * pg->n_used / pg->cap);
+			out->used += kv_share(pg->bytes, pg->n_used, pg->cap);
+			out->kv_bytes += kv_page_share(pg, pg->n_used);
 			out->n_pages++;
 		}
 	}

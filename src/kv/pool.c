@@ -163,20 +163,14 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, 
 	return pg;
 }
 
-/* The filled share of n bytes at n_used of cap, exact in integers. */
-static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
-{
-	return (size_t)((unsigned __int128)bytes * n_used / cap);
-}
-
 static void set_used_locked(struct kv_pool *p, struct kv_page *pg, uint32_t n)
 {
-	p->st.used -= share(pg->bytes, pg->n_used, pg->cap);
-	p->st.used += share(pg->bytes, n, pg->cap);
-	p->st.kv_bytes -= share(pg->kv_bytes, pg->n_used, pg->cap);
-	p->st.kv_bytes += share(pg->kv_bytes, n, pg->cap);
-	p->st.fmt_kv_bytes[pg->fmt] -= share(pg->kv_bytes, pg->n_used, pg->cap);
-	p->st.fmt_kv_bytes[pg->fmt] += share(pg->kv_bytes, n, pg->cap);
+	p->st.used -= kv_share(pg->bytes, pg->n_used, pg->cap);
+	p->st.used += kv_share(pg->bytes, n, pg->cap);
+	p->st.kv_bytes -= kv_share(pg->kv_bytes, pg->n_used, pg->cap);
+	p->st.kv_bytes += kv_share(pg->kv_bytes, n, pg->cap);
+	p->st.fmt_kv_bytes[pg->fmt] -= kv_share(pg->kv_bytes, pg->n_used, pg->cap);
+	p->st.fmt_kv_bytes[pg->fmt] += kv_share(pg->kv_bytes, n, pg->cap);
 	p->st.fmt_slots[pg->fmt] -= pg->n_used;
 	p->st.fmt_slots[pg->fmt] += n;
 	pg->n_used = n;

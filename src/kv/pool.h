@@ -94,10 +94,17 @@ void kv_pool_free(struct kv_pool *p);
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 
+/* floor(bytes * n / cap) for n <= cap, exact in ISO C integers: with
+ * bytes = q * cap + r, it is q * n + r * n / cap, and r * n < cap^2 <= 2^64. */
+static inline size_t kv_share(size_t bytes, uint32_t n, uint32_t cap)
+{
+	return bytes / cap * n + (size_t)((uint64_t)(bytes % cap) * n / cap);
+}
+
 /* The filled share of a page's K+V regions with n slots used. */
 static inline size_t kv_page_share(const struct kv_page *pg, uint32_t n)
 {
-	return (size_t)((unsigned __int128)pg->kv_bytes * n / pg->cap);
+	return kv_share(pg->kv_bytes, n, pg->cap);
 }
 
 /* Whether `bytes` more fit under the budget now. */

@@ -364,7 +364,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 			n_loose++;
 			T += pg->n_used;
 			any_partial |= pg->n_used < pg->cap;
-			slack += (size_t)((unsigned __int128)pg->bytes * (pg->cap - pg->n_used) / pg->cap);
+			slack += kv_share(pg->bytes, pg->cap - pg->n_used, pg->cap);
 		}
 	}
 	n_new = T / M + (T % M != 0);
