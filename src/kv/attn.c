@@ -176,7 +176,7 @@ int kv_score_q_ref(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uin
 	for (uint32_t h = 0; h < nq; h++) {
 		const float *qh = q + (size_t)h * d;
 		float amax = 0.0f, base = 0.0f, inv, r;
-		int32_t qi[512];
+		int32_t qi[KV_MAX_HEAD_DIM];
 
 		for (uint32_t c = 0; c < d; c++) {
 			float qs = qh[c] * half(ps[c]);
@@ -251,7 +251,6 @@ void kv_accum_q_ref(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, 
 
 /* ---- attention -------------------------------------------------------------- */
 
-#define KV_ATTN_MAX_D 512
 #define KV_ATTN_TILE 16    /* rows of a quantized page decoded at once */
 
 static float dot(const float *a, const float *b, uint32_t n)
@@ -283,7 +282,7 @@ static uint32_t packed_bits(uint32_t fmt)
 static int page_can_matter(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, float scale,
 			   const float *lim)
 {
-	float kmin[KV_ATTN_MAX_D], kmax[KV_ATTN_MAX_D];
+	float kmin[KV_MAX_HEAD_DIM], kmax[KV_MAX_HEAD_DIM];
 
 	kv_tier_key_bounds(pg->fmt, pg->k, pg->cap, d, pg->n_used, kmin, kmax);
 	for (uint32_t h = 0; h < nq; h++)
@@ -298,7 +297,7 @@ static int page_can_matter(const struct kv_page *pg, uint32_t d, const float *q,
 static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
 		      float scale, float *logit, uint32_t n, uint32_t off, float *max, const float *lim)
 {
-	float kbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	float kbuf[KV_ATTN_TILE * KV_MAX_HEAD_DIM];
 	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d), f32 = kv_attn_score_kernel(KV_FMT_F32, d);
 	kv_score_q_fn qk = kv_attn_score_q_kernel(pg->fmt, d);
 
@@ -396,7 +395,7 @@ static void ref_rows(const struct kv_page *pg, const struct kv_attn_args *a, uin
 static void score_ref_page(const struct kv_page *pg, const struct kv_attn_args *a, uint32_t d, float *logit,
 			   uint32_t n, uint32_t off, float *max)
 {
-	float kbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	float kbuf[KV_ATTN_TILE * KV_MAX_HEAD_DIM];
 
 	for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {
 		uint32_t m = pg->n_used - j0 < KV_ATTN_TILE ? pg->n_used - j0 : KV_ATTN_TILE, found;
@@ -429,7 +428,7 @@ static int any_weight(const float *w, size_t stride, uint32_t nq, uint32_t j0, u
  * weight (the page was read). */
 static int accum_page(const struct kv_page *pg, uint32_t d, const float *w, size_t n, uint32_t nq, float *o)
 {
-	float vbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	float vbuf[KV_ATTN_TILE * KV_MAX_HEAD_DIM];
 	kv_accum_fn fast = kv_attn_accum_kernel(pg->fmt, d), f32 = kv_attn_accum_kernel(KV_FMT_F32, d);
 	kv_accum_q_fn qv = kv_attn_accum_q_kernel(pg->fmt, d);
 	int any = 0;
@@ -487,7 +486,7 @@ static int accum_page(const struct kv_page *pg, uint32_t d, const float *w, size
 static int accum_ref_page(const struct kv_page *pg, const struct kv_attn_args *a, uint32_t d, const float *w,
 			  size_t n, float *o)
 {
-	float vbuf[KV_ATTN_TILE * KV_ATTN_MAX_D];
+	float vbuf[KV_ATTN_TILE * KV_MAX_HEAD_DIM];
 	int any = 0;
 
 	for (uint32_t j0 = 0; j0 < pg->n_used; j0 += KV_ATTN_TILE) {

@@ -419,7 +419,7 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 		      const struct kv_page *pg, uint32_t j)
 {
 	float age = (float)(s->n_pos - pg->pos[j]);
-	float kbuf[512];
+	float kbuf[KV_MAX_HEAD_DIM];
 	/* a shared slot's direction is in the layer below: neutral similarity */
 	bool sem = pg->fmt != KV_FMT_REF;
 
@@ -543,7 +543,8 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 		     struct cand *const *by_pos, uint32_t n_by_pos)
 {
 	uint32_t d = s->head_dim, lo = 0, hi = n_by_pos;
-	float ke[512], ve[512], kb[512], vb[512], best_sim = KV_MERGE_MIN_COS;
+	float ke[KV_MAX_HEAD_DIM], ve[KV_MAX_HEAD_DIM], kb[KV_MAX_HEAD_DIM], vb[KV_MAX_HEAD_DIM];
+	float best_sim = KV_MERGE_MIN_COS;
 	const struct cand *best = NULL;
 	struct kv_page *pe = st->pages[e->page], *pk;
 	float we, wk, a, b;
@@ -735,7 +736,7 @@ static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, stru
 				continue;
 			/* from the last slot down: a removal moves the last one in */
 			for (uint32_t j = pg->n_used; j-- > 0;) {
-				float k[512], v[512];
+				float k[KV_MAX_HEAD_DIM], v[KV_MAX_HEAD_DIM];
 				struct kv_page *to;
 
 				if (!protected_pos(c, s, pg->pos[j], n_window))

@@ -33,6 +33,10 @@
 #include "kv/tier.h"
 #include "tierkv.h"
 
+/* The largest head size the cache stores; the model loader refuses larger heads,
+ * so per-head scratch buffers in kv/ are arrays of this size. */
+#define KV_MAX_HEAD_DIM 512
+
 enum kv_page_flags {
 	KV_PAGE_ROT = 1,     /* K and V stored rotated (tier.h) */
 	KV_PAGE_FROZEN = 2,  /* in the prefix tree: read-only for every holder */

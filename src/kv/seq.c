@@ -8,7 +8,6 @@
 #include "util/alloc.h"
 #include "util/status.h"
 
-#define KV_SEQ_MAX_D 512  /* head sizes the model accepts (LLAMA_MAX_HEAD_DIM) */
 
 int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_head,
 		uint32_t head_dim, struct tkv_alloc *a, struct tkv_error *err)
@@ -257,7 +256,7 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 		kv_tier_load_v_slots(a->fmt, a->v, a->cap, d, na, m, V + (size_t)nb * d);
 		kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
 	} else {
-		float k[KV_SEQ_MAX_D], v[KV_SEQ_MAX_D];
+		float k[KV_MAX_HEAD_DIM], v[KV_MAX_HEAD_DIM];
 
 		for (uint32_t j = 0; j < m; j++) {
 			kv_tier_load_k(a->fmt, a->k, a->cap, d, na + j, k);

@@ -29,7 +29,6 @@
 #include "util/status.h"
 #include "util/tpool.h"
 
-#define LLAMA_MAX_HEAD_DIM 512
 
 /* ---- loading ------------------------------------------------------------- */
 
@@ -160,9 +159,9 @@ static int load_hparams(struct tkv_model *m, struct tkv_error *err)
 		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%s: key length %u differs from value length %u",
 				gguf_name(g), key_len, val_len);
 	in->head_dim = key_len;
-	if (in->head_dim == 0 || in->head_dim > LLAMA_MAX_HEAD_DIM || in->head_dim % 2)
+	if (in->head_dim == 0 || in->head_dim > KV_MAX_HEAD_DIM || in->head_dim % 2)
 		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%s: head dimension %u (must be even, at most %d)",
-				gguf_name(g), in->head_dim, LLAMA_MAX_HEAD_DIM);
+				gguf_name(g), in->head_dim, KV_MAX_HEAD_DIM);
 	if ((st = hp_u32(g, "llama", "rope.dimension_count", &in->n_rot, false, in->head_dim, err)))
 		return st;
 	if (in->n_rot == 0 || in->n_rot > in->head_dim || in->n_rot % 2)
