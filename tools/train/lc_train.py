@@ -480,7 +480,7 @@ def quick_eval(model, a, dev, say):
             for i in range(trials):
                 rng = random.Random(1000 + i)
                 text = example_text(rng, task, n - 40)
-                cut = text.rfind(" is") + 3 if task != "multikey" else text.rfind(" is") + 3
+                cut = text.rfind(" is") + 3  # the last question's answer follows
                 ans = text[cut:].strip().rstrip(".").split(".")[0].split()[0]
                 ids = [BOS] + sp.encode(text[:cut])
                 x = torch.tensor([ids[-a.ctx:]], device=dev)
