@@ -1,30 +1,7 @@
 #!/bin/bash
 # The CLI's contract on bad input: a clear message on stderr and exit code 2
 # for usage errors, 1 for runtime errors, never a crash (exit code >= 128).
-set -u
-bin=${TIERKV_BIN:?}
-models=${TIERKV_MODELS:-../shared/models}
-model=$models/stories260K.gguf
-[ -r "$model" ] || model=${TIERKV_BUNDLED:?}/stories260K.gguf
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-expect() { # want-exit stderr-pattern args...
-	local want=$1 pat=$2
-	shift 2
-	"$bin" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
-	local got=$?
-	if [ "$got" -ne "$want" ]; then
-		echo "FAIL tierkv $*: exit $got, want $want; stderr: $(head -c 300 "$tmp/err")"
-		fail=$((fail + 1))
-	elif [ -n "$pat" ] && ! grep -qE -- "$pat" "$tmp/err"; then
-		echo "FAIL tierkv $*: stderr lacks /$pat/: $(head -c 300 "$tmp/err")"
-		fail=$((fail + 1))
-	else
-		pass=$((pass + 1))
-	fi
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 # help and usage
 for c in run inspect tokenize; do

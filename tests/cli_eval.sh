@@ -3,18 +3,9 @@
 # perplexity 0, KL 0, top-1 100%, generations identical); a capped policy
 # stays under its budget and writes its JSON and SVG; bad arguments are usage
 # errors.
-set -u
-bin=${TIERKV_BIN:?}
-models=${TIERKV_MODELS:-../shared/models}
-model=$models/stories260K.gguf
-[ -r "$model" ] || model=${TIERKV_BUNDLED:?}/stories260K.gguf
+. "$(dirname "$0")/cli_lib.sh"
 text=$(dirname "$0")/../eval/texts/seed1.txt
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 # has FILE FIELD VALUE: the JSON line of FILE's first row has "FIELD":VALUE
 has() { head -1 "$1" | grep -q "\"$2\":$3[,}]" && ok || bad "$1: want \"$2\":$3 in $(head -1 "$1")"; }
 
@@ -63,27 +54,14 @@ else
 fi
 
 # usage and runtime errors
-expect() { # want-exit stderr-pattern args...
-	local want=$1 pat=$2
-	shift 2
-	"$bin" eval "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
-	local got=$?
-	if [ "$got" -ne "$want" ]; then
-		bad "tierkv eval $*: exit $got, want $want; stderr: $(head -c 300 "$tmp/err")"
-	elif ! grep -qE -- "$pat" "$tmp/err"; then
-		bad "tierkv eval $*: stderr lacks /$pat/: $(head -c 300 "$tmp/err")"
-	else
-		ok
-	fi
-}
 "$bin" eval --help >/dev/null && ok || bad "eval --help"
-expect 2 "no text" -m "$model"
-expect 2 "unknown policy 'bogus'" -m "$model" -f "$text" --policies window,bogus
-expect 2 "not in \(0, 1\]" -m "$model" -f "$text" --budgets 1,1.5
-expect 2 "not a list" -m "$model" -f "$text" --budgets 0.5x
-expect 2 "use --policies" -m "$model" -f "$text" --kv-policy h2o
-expect 2 "unknown option" -m "$model" -f "$text" --bogus
-expect 1 "cannot open" -m "$model" -f "$tmp/missing.txt"
+expect 2 "no text" eval -m "$model"
+expect 2 "unknown policy 'bogus'" eval -m "$model" -f "$text" --policies window,bogus
+expect 2 "not in \(0, 1\]" eval -m "$model" -f "$text" --budgets 1,1.5
+expect 2 "not a list" eval -m "$model" -f "$text" --budgets 0.5x
+expect 2 "use --policies" eval -m "$model" -f "$text" --kv-policy h2o
+expect 2 "unknown option" eval -m "$model" -f "$text" --bogus
+expect 1 "cannot open" eval -m "$model" -f "$tmp/missing.txt"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

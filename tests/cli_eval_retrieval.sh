@@ -4,19 +4,9 @@
 # have every task, the full cache is row 0 at ratio 1, capped rows stay under
 # it, the same seed gives the same prompts and answers, and bad options are
 # usage errors (exit code 2).
-set -u
-bin=${TIERKV_BIN:?}
-models=${TIERKV_MODELS:-../shared/models}
-model=$models/stories260K.gguf
-[ -r "$model" ] || model=${TIERKV_BUNDLED:?}/stories260K.gguf
+. "$(dirname "$0")/cli_lib.sh"
 kjv=$(dirname "$0")/../eval/kjv
 fill=(-f "$kjv/08_Ruth.txt" -f "$kjv/32_Jonah.txt" -f "$kjv/57_Phmn.txt")
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 
 tasks="passkey niah multikey multivalue vartrack copy"
 if "$bin" eval --retrieval all -m "$model" -c 512 "${fill[@]}" --ctx-lens 400,480 --depths 0,1 --samples 1 \
@@ -77,36 +67,23 @@ diff <(sed -n 1,12p "$tmp/v5.txt") <(sed -n 13,24p "$tmp/v5.txt") >/dev/null && 
 diff <(sed -n 1,12p "$tmp/v5.txt") "$tmp/v6.txt" >/dev/null && bad "seeds 5 and 6 agree" || ok
 
 # usage and runtime errors
-expect() { # want-exit stderr-pattern args...
-	local want=$1 pat=$2
-	shift 2
-	"$bin" eval "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
-	local got=$?
-	if [ "$got" -ne "$want" ]; then
-		bad "tierkv eval $*: exit $got, want $want; stderr: $(head -c 300 "$tmp/err")"
-	elif ! grep -qE -- "$pat" "$tmp/err"; then
-		bad "tierkv eval $*: stderr lacks /$pat/: $(head -c 300 "$tmp/err")"
-	else
-		ok
-	fi
-}
 "$bin" eval --help | grep -q -- '--retrieval TASKS' && ok || bad "eval --help lacks --retrieval"
-expect 2 "unknown task 'bogus'" --retrieval passkey,bogus -m "$model" "${fill[@]}"
-expect 2 "unknown task ''" --retrieval , -m "$model" "${fill[@]}"
-expect 2 "longer than the context" --retrieval passkey -m "$model" -c 512 "${fill[@]}" --ctx-lens 480,600
-expect 2 "longer than the context" --retrieval niah -m "$model" "${fill[@]}" --ctx-lens 1024
-expect 2 "1.5 is not in \[0, 1\]" --retrieval niah -m "$model" "${fill[@]}" --depths 0,1.5
-expect 2 "-0.25 is not in \[0, 1\]" --retrieval niah -m "$model" "${fill[@]}" --depths -0.25
-expect 2 "not a list" --retrieval niah -m "$model" "${fill[@]}" --depths 0.5x
-expect 2 "out of range" --retrieval niah -m "$model" "${fill[@]}" --ctx-lens 16
-expect 2 "niah needs [0-9]+ tokens" --retrieval niah -m "$model" "${fill[@]}" --ctx-lens 128
-expect 2 "out of range" --retrieval niah -m "$model" "${fill[@]}" --samples 0
-expect 2 "no filler text" --retrieval niah -m "$model"
-expect 2 "perplexity eval" --retrieval niah -m "$model" "${fill[@]}" --gen 8
-expect 2 "unknown policy 'bogus'" --retrieval niah -m "$model" "${fill[@]}" --grid bogus
-expect 2 "not in --policies" --retrieval niah -m "$model" "${fill[@]}" --policies window --grid tiered
-expect 2 "use --policies" --retrieval niah -m "$model" "${fill[@]}" --kv-policy h2o
-expect 1 "cannot open" --retrieval niah -m "$model" -f "$tmp/missing.txt"
+expect 2 "unknown task 'bogus'" eval --retrieval passkey,bogus -m "$model" "${fill[@]}"
+expect 2 "unknown task ''" eval --retrieval , -m "$model" "${fill[@]}"
+expect 2 "longer than the context" eval --retrieval passkey -m "$model" -c 512 "${fill[@]}" --ctx-lens 480,600
+expect 2 "longer than the context" eval --retrieval niah -m "$model" "${fill[@]}" --ctx-lens 1024
+expect 2 "1.5 is not in \[0, 1\]" eval --retrieval niah -m "$model" "${fill[@]}" --depths 0,1.5
+expect 2 "-0.25 is not in \[0, 1\]" eval --retrieval niah -m "$model" "${fill[@]}" --depths -0.25
+expect 2 "not a list" eval --retrieval niah -m "$model" "${fill[@]}" --depths 0.5x
+expect 2 "out of range" eval --retrieval niah -m "$model" "${fill[@]}" --ctx-lens 16
+expect 2 "niah needs [0-9]+ tokens" eval --retrieval niah -m "$model" "${fill[@]}" --ctx-lens 128
+expect 2 "out of range" eval --retrieval niah -m "$model" "${fill[@]}" --samples 0
+expect 2 "no filler text" eval --retrieval niah -m "$model"
+expect 2 "perplexity eval" eval --retrieval niah -m "$model" "${fill[@]}" --gen 8
+expect 2 "unknown policy 'bogus'" eval --retrieval niah -m "$model" "${fill[@]}" --grid bogus
+expect 2 "not in --policies" eval --retrieval niah -m "$model" "${fill[@]}" --policies window --grid tiered
+expect 2 "use --policies" eval --retrieval niah -m "$model" "${fill[@]}" --kv-policy h2o
+expect 1 "cannot open" eval --retrieval niah -m "$model" -f "$tmp/missing.txt"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
