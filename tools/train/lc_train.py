@@ -172,8 +172,25 @@ def _insert(lines, items, depths):
     return out
 
 
-def example_text(rng, task, n_tok):
-    """One retrieval example of about n_tok tokens (text; the engine adds BOS)."""
+def _answered(parts):
+    """Joins (text, weight) parts; returns the text and the weighted spans (characters)."""
+    text, spans = "", []
+    for t, w in parts:
+        if w != 1 and t:
+            spans.append((len(text), len(text) + len(t), w))
+        text += t
+    return text, spans
+
+
+def example_text(rng, task, n_tok, multi=None):
+    """One retrieval example of about n_tok tokens (text; the engine adds BOS) and its
+    answer spans [(start, end, weight)] in characters: the answers weigh G["answer_w"],
+    a repeated passage's second copy G["repeat_w"]."""
+    return _answered(_example_parts(rng, task, n_tok))
+
+
+def _example_parts(rng, task, n_tok):
+    aw = G.get("answer_w", 1.0)
     nat = [s for s in NATURAL if s in G["text"]]
     src = rng.choice(nat) if rng.random() < 0.75 else rng.choice(list(G["text"]))
     n_chars = int(n_tok * G["cpt"][src] * 0.93)
@@ -185,15 +202,19 @@ def example_text(rng, task, n_tok):
         body = [re.sub(r"\s+", " ", l).strip() for l in body]
         n = _num(rng, 1, 7) if rng.random() < 0.5 else str(rng.randint(1, 50000))
         items = _insert(body, [PK_KEY.format(n=n).strip()], [rng.random()])
-        return PK_PREFIX + "".join(" " + x for x in items) + PK_Q + " " + n + "."
+        return [(PK_PREFIX + "".join(" " + x for x in items) + PK_Q, 1), (" " + n, aw), (".", 1)]
     if task in ("niah", "multikey", "multivalue"):
         body = _lines(rng, src, n_chars)
         if task == "niah":
             keys = [_key(rng)]
             vals = [_num(rng, 3, 9) if rng.random() < 0.4 else _num(rng, 7, 7)]
         elif task == "multikey":
-            nk = rng.randint(2, 6)
+            nk = rng.randint(2, 8)
             keys = list(dict.fromkeys(_key(rng) for _ in range(nk)))
+            if len(keys) > 2 and rng.random() < 0.3:  # keys that share a word, told apart only in full
+                w = keys[0].split("-")[0]
+                keys = list(dict.fromkeys(keys[:1] + [w + "-" + k.split("-")[-1] if rng.random() < 0.5
+                                                      else k.split("-")[-1] + "-" + w for k in keys[1:]]))
             vals = [_num(rng, 7, 7) if rng.random() < 0.7 else _num(rng, 3, 9) for _ in keys]
         else:
             keys = [_key(rng)] * rng.randint(2, 5)
@@ -208,9 +229,12 @@ def example_text(rng, task, n_tok):
         text = NIAH_HEAD + "\n".join(_insert(body, needles, depths))
         if task == "multivalue":
             ans = ", ".join(vs[:-1]) + (", and " if len(vs) > 2 else " and ") + vs[-1] if len(vs) > 1 else vs[0]
-            return text + MV_Q.format(k=ks[0]) + " " + ans + "."
-        asked = rng.sample(range(len(ks)), min(len(ks), rng.randint(1, 3)))
-        return text + "".join(NIAH_Q.format(k=ks[i]) + " " + vs[i] + "." for i in asked)
+            return [(text + MV_Q.format(k=ks[0]), 1), (" " + ans, aw), (".", 1)]
+        asked = rng.sample(range(len(ks)), min(len(ks), rng.randint(1, 4)))
+        parts = [(text, 1)]
+        for i in asked:
+            parts += [(NIAH_Q.format(k=ks[i]), 1), (" " + vs[i], aw), (".", 1)]
+        return parts
     if task == "vartrack":
         body = _lines(rng, src, n_chars)
         chains, items = [], []
@@ -226,33 +250,72 @@ def example_text(rng, task, n_tok):
         depths = sorted(rng.random() for _ in seq)
         text = VT_HEAD + "\n".join(_insert(body, seq, depths))
         c, n = chains[rng.randrange(len(chains))]
-        return text + VT_Q.format(n=n, c=len(c)) + " " + " ".join(c)
+        return [(text + VT_Q.format(n=n, c=len(c)), 1), (" " + " ".join(c), aw)]
     # repeat: a passage and, far later, the same passage again
     body = _lines(rng, src, n_chars)
     p_src = rng.choice(list(G["text"]))
     passage = "\n".join(_lines(rng, p_src, rng.randint(100, 900)))
     d = rng.random() * 0.7
-    return "\n".join(_insert(body, [passage], [d])) + "\n" + passage
+    return [("\n".join(_insert(body, [passage], [d])) + "\n", 1), (passage, G.get("repeat_w", 1.0))]
 
 
-def retrieval_row(args):
-    seed, n = args
-    rng = random.Random(seed)
-    task = rng.choices(TASKS, G.get("task_w", TASK_W))[0]
-    target = int(n * (0.15 + 0.85 * rng.random() ** 0.5))
-    ids = []
+def _encode(text, spans):
+    """Token ids of text and each token's loss weight (the span it starts in)."""
+    if not spans:
+        ids = G["sp"].encode(text)
+        return ids, None
+    p = G["sp"].encode(text, out_type="immutable_proto")
+    ids = [x.id for x in p.pieces]
+    w = np.ones(len(ids), np.float32)
+    for i, x in enumerate(p.pieces):  # the Python binding gives offsets in characters of str input
+        for b, e, wt in spans:
+            if b <= x.begin < e:
+                w[i] = wt
+    return ids, w
+
+
+def _example_ids(seed, task, target, n):
+    """An example's ids (BOS first) of at most n tokens, and their weights."""
+    ids, w = [], None
     for _ in range(4):
-        ids = G["sp"].encode(example_text(random.Random(seed * 7 + len(ids)), task, target))
+        ids, w = _encode(*example_text(random.Random(seed * 7 + len(ids)), task, target))
         if len(ids) + 1 <= n:
             break
         target = int(target * n / (len(ids) + 1) * 0.95)
     ids = ([BOS] + ids)[:n]
-    n_ex = len(ids)
+    w = np.ones(len(ids), np.float32) if w is None else np.concatenate([[1.0], w])[: len(ids)].astype(np.float32)
+    return ids, w
+
+
+def retrieval_row(args):
+    """One row of n tokens: a retrieval example of a random length up to the row, or
+    (G["pack"] of the rows) several short ones back to back; corpus text fills the rest.
+    Returns the row, the per-token loss weights and the example tokens."""
+    seed, n = args
+    rng = random.Random(seed)
+    tw = G.get("task_w", TASK_W)
     row = np.empty(n, np.int64)
-    row[: len(ids)] = ids
-    if len(ids) < n:
-        row[len(ids):] = corpus_row(rng, n - len(ids), {"kjv": 1, "pydoc": 1, "pgdoc": 1})
-    return row, n_ex
+    wts = np.ones(n, np.float32)
+    if rng.random() < G.get("pack", 0.0):
+        at = 0
+        while n - at > 256:
+            task = rng.choices(TASKS, tw)[0]
+            target = min(n - at - 1, rng.randint(200, G.get("pack_len", 2048)))
+            ids, w = _example_ids(rng.randrange(1 << 62), task, target, n - at)
+            row[at:at + len(ids)] = ids
+            wts[at:at + len(ids)] = w
+            at += len(ids)
+        n_ex = at
+    else:
+        task = rng.choices(TASKS, tw)[0]
+        target = int(n * (0.15 + 0.85 * rng.random() ** 0.5))
+        ids, w = _example_ids(seed, task, target, n)
+        row[: len(ids)] = ids
+        wts[: len(ids)] = w
+        n_ex = len(ids)
+    if n_ex < n:
+        row[n_ex:] = corpus_row(rng, n - n_ex, {"kjv": 1, "pydoc": 1, "pgdoc": 1})
+    return row, n_ex, wts
 
 
 # ---- the model ----------------------------------------------------------------------
@@ -396,15 +459,17 @@ def cmd_train(a):
         + f"; {sum(len(t) for t in G['toks'].values()) / 1e6:.1f}M tokens in all")
     if a.task_w:
         G["task_w"] = [float(x) for x in a.task_w.split(",")]
+    G.update(answer_w=a.answer_w, repeat_w=a.repeat_w, pack=a.pack, pack_len=a.pack_len)
     pool = mp.Pool(a.procs)  # forked before CUDA starts
     model = LM(a)
     if a.init:
-        z = load_parts(a.init)
+        z = load_gguf(a.init) if a.init.endswith(".gguf") else load_parts(a.init)
         names = gguf_names(model)
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(torch.from_numpy(z[names[n]].astype(np.float32)))
-        say(f"weights from {a.init} ({open(os.path.join(a.init, 'w.tag')).read().strip()})")
+        tag = "GGUF" if a.init.endswith(".gguf") else open(os.path.join(a.init, "w.tag")).read().strip()
+        say(f"weights from {a.init} ({tag})")
     model = model.to(dev)
     n_par = sum(p.numel() for p in model.parameters())
     say(f"model: {n_par / 1e6:.2f}M parameters, dim {a.dim}, {a.layers} layers, {a.heads} heads/{a.kv_heads} kv, "
@@ -440,14 +505,17 @@ def cmd_train(a):
         rrows = rrows[:n_ret]
         ret_tokens += sum(r[1] for r in rrows)
         rows = [r[0] for r in rrows] + [corpus_row(rng, T + 1, mix) for _ in range(B - len(rrows))]
+        wrows = [r[2] for r in rrows] + [np.ones(T + 1, np.float32)] * (B - len(rrows))
         x = torch.from_numpy(np.stack(rows)).to(dev, non_blocking=True)
+        wt = torch.from_numpy(np.stack(wrows)[:, 1:]).to(dev, non_blocking=True).reshape(-1)
         for g in opt.param_groups:
             g["lr"] = lr_at(a, p)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
             logits = model(x[:, :-1])
-        loss = F.cross_entropy(logits.float().view(-1, a.vocab), x[:, 1:].reshape(-1))
+        ce = F.cross_entropy(logits.float().view(-1, a.vocab), x[:, 1:].reshape(-1), reduction="none")
+        loss = ce.mean()  # what the log shows: the plain LM loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        ((ce * wt).sum() / wt.sum()).backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         step += 1
@@ -479,7 +547,7 @@ def quick_eval(model, a, dev, say):
             trials = a.eval_trials
             for i in range(trials):
                 rng = random.Random(1000 + i)
-                text = example_text(rng, task, n - 40)
+                text, _ = example_text(rng, task, n - 40)
                 cut = text.rfind(" is") + 3  # the last question's answer follows
                 ans = text[cut:].strip().rstrip(".").split(".")[0].split()[0]
                 ids = [BOS] + sp.encode(text[:cut])
@@ -509,6 +577,64 @@ def load_parts(d):
             out[n] = w.reshape(tuple(z[n + ".shape"]))
         elif not k.endswith((".scale", ".shape")):
             out[k] = z[k]
+    return out
+
+
+def load_gguf(path):
+    """The tensors of a GGUF file (F32, F16 or Q8_0) as float32 arrays, by name."""
+    import struct
+    b = open(path, "rb").read()
+    if b[:4] != b"GGUF":
+        raise SystemExit(f"{path}: not a GGUF file")
+    ver, n_t, n_kv = struct.unpack_from("<IQQ", b, 4)
+    o = 24
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def val(t):
+        nonlocal o
+        if t == 8:
+            n, = struct.unpack_from("<Q", b, o)
+            o += 8 + n
+            return b[o - n:o].decode("utf-8", "replace")
+        if t == 9:
+            et, n = struct.unpack_from("<IQ", b, o)
+            o += 12
+            return [val(et) for _ in range(n)]
+        v, = struct.unpack_from("<" + scalar[t], b, o)
+        o += struct.calcsize(scalar[t])
+        return v
+
+    meta = {}
+    for _ in range(n_kv):
+        k = val(8)
+        t, = struct.unpack_from("<I", b, o)
+        o += 4
+        meta[k] = val(t)
+    infos = []
+    for _ in range(n_t):
+        name = val(8)
+        nd, = struct.unpack_from("<I", b, o)
+        dims = struct.unpack_from(f"<{nd}Q", b, o + 4)
+        t, off = struct.unpack_from("<IQ", b, o + 4 + 8 * nd)
+        o += 4 + 8 * nd + 12
+        infos.append((name, dims, t, off))
+    al = int(meta.get("general.alignment", 32))
+    base = (o + al - 1) // al * al
+    out = {}
+    for name, dims, t, off in infos:
+        n = int(np.prod(dims))
+        at = base + off
+        if t == 0:
+            w = np.frombuffer(b, np.float32, n, at)
+        elif t == 1:
+            w = np.frombuffer(b, np.float16, n, at).astype(np.float32)
+        elif t == 8:
+            blk = np.frombuffer(b, np.uint8, n // 32 * 34, at).reshape(-1, 34)
+            d = blk[:, :2].copy().view(np.float16).astype(np.float32)
+            w = (blk[:, 2:].copy().view(np.int8).astype(np.float32) * d).ravel()
+        else:
+            raise SystemExit(f"{path}: tensor {name} has type {t}; F32, F16 or Q8_0 only")
+        out[name] = w.reshape(tuple(reversed(dims)))
     return out
 
 
@@ -562,7 +688,11 @@ def cmd_export(a):
 
 def cmd_sample(a):
     load_data(a.data, a.procs)
-    print(example_text(random.Random(a.seed), a.task, a.len))
+    G.update(answer_w=2.0, repeat_w=2.0)  # to show the weighted spans
+    text, spans = example_text(random.Random(a.seed), a.task, a.len)
+    print(text)
+    for b, e, w in spans:
+        print(f"-- weight {w}: {text[b:e]!r}")
 
 
 def main():
@@ -597,8 +727,13 @@ def main():
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--log-every", type=int, default=10)
     t.add_argument("--save-every", type=float, default=120.0)
-    t.add_argument("--init", help="start from the weights in this directory (a run's output)")
+    t.add_argument("--init", help="start from these weights: a run's output directory or a GGUF file")
     t.add_argument("--task-w", help="weights of the retrieval tasks, in the order " + ",".join(TASKS))
+    t.add_argument("--answer-w", type=float, default=1.0, help="loss weight of retrieval answers' tokens")
+    t.add_argument("--repeat-w", type=float, default=1.0, help="loss weight of a repeated passage's second copy")
+    t.add_argument("--pack", type=float, default=0.0,
+                   help="share of retrieval rows packed with several short examples")
+    t.add_argument("--pack-len", type=int, default=2048, help="longest packed example, tokens")
     t.add_argument("--eval-trials", type=int, default=8, help="greedy retrieval checks at the end (0: none)")
     e = sub.add_parser("export")
     e.add_argument("--weights", required=True)
