@@ -1,6 +1,7 @@
 /* fuzz_tokenizer.c - libFuzzer target for the tokenizer.
  *
- * The three vocab fixtures (SPM, Llama-3 BPE, Qwen2 BPE) are loaded once, from
+ * The vocab fixtures (Llama-2 and Phi-3 SPM; Llama-3, Qwen2 and Qwen3.5 BPE;
+ * Gemma 4's BPE over SentencePiece-style pieces) are loaded once, from
  * $TIERKV_VOCAB or ../shared/vocab. Each input's first byte picks options
  * (parse_special, add_bos, stream output room), the rest is the text: arbitrary
  * bytes, NULs and invalid UTF-8 included. For every vocab the text is encoded
@@ -10,9 +11,10 @@
  *  - BPE: decoding (special rendering, without the BOS asked for) gives back
  *    text that is valid UTF-8 without overlong forms or surrogates, byte for byte;
  *  - SPM without parse_special: the same, after a leading space and with
- *    U+2581 read as a space;
+ *    U+2581 read as a space; Gemma 4: the same without the leading space;
  *  - the stream output is always valid UTF-8, and equals the plain decode when
  *    that is valid UTF-8. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +35,10 @@
 
 static const char *const vocab_names[] = {
 	"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf",
+	"ggml-vocab-phi-3.gguf",     "ggml-vocab-qwen35.gguf",    "ggml-vocab-gemma-4.gguf",
 };
+/* vocabularies whose pieces spell a space U+2581 (decoded as ' ') */
+static const bool vocab_escapes[] = { true, false, false, true, false, true };
 #define N_VOCAB (sizeof(vocab_names) / sizeof(vocab_names[0]))
 
 static struct tok *toks[N_VOCAB];
@@ -117,7 +122,7 @@ static void append(char **buf, size_t *len, size_t *cap, const char *src, size_t
 	*len += n;
 }
 
-static void run_one(const struct tok *t, const char *text, size_t len, uint8_t opt)
+static void run_one(const struct tok *t, bool escapes, const char *text, size_t len, uint8_t opt)
 {
 	bool parse_special = opt & 1, add_bos = opt & 2;
 	size_t n = 0, n2 = 0, small, i, cap_out, dlen = 0, dcap = 0, slen = 0, scap = 0;
@@ -125,6 +130,7 @@ static void run_one(const struct tok *t, const char *text, size_t len, uint8_t o
 	char *dec = NULL, *plain = NULL, *str = NULL, *piece, *out;
 	int32_t *ids;
 	struct tok_stream st = { { 0 }, 0 };
+	bool escapes_ok = true;
 	int rc;
 
 	rc = tok_encode(t, text, len, add_bos, parse_special, NULL, 0, &n);
@@ -172,17 +178,20 @@ static void run_one(const struct tok *t, const char *text, size_t len, uint8_t o
 	if (utf8_valid((const unsigned char *)plain, plen))
 		CHECK(slen == plen && (plen == 0 || memcmp(str, plain, plen) == 0));
 
-	/* round trip for valid text (SPM adds a space after special tokens, so
-	 * only without special-token parsing there) */
-	if (utf8_valid((const unsigned char *)text, len) &&
-	    (tok_kind(t) == TOK_BPE || !parse_special)) {
-		if (tok_kind(t) == TOK_BPE) {
+	/* round trip for valid text; where pieces spell spaces U+2581 only when no
+	 * special token was split out (SPM adds a space after one, and special
+	 * pieces may spell U+2581 raw) */
+	for (i = 0; escapes && i < n; i++)
+		if (tok_is_special(t, ids[i]) && !(add_bos && i == 0 && ids[i] == tok_bos(t)))
+			escapes_ok = false;
+	if (utf8_valid((const unsigned char *)text, len) && escapes_ok) {
+		if (!escapes) {
 			CHECK(dlen == len && (len == 0 || memcmp(dec, text, len) == 0));
 		} else if (len > 0) {
-			size_t k = 0, j = 0;
+			size_t k = 0, j = tok_kind(t) == TOK_SPM; /* SPM: a leading space */
 
-			CHECK(dlen >= 1 && dec[0] == ' ');
-			for (j = 1; j < dlen && k < len; k++) {
+			CHECK(dlen >= j && (j == 0 || dec[0] == ' '));
+			for (; j < dlen && k < len; k++) {
 				if (len - k >= 3 && memcmp(text + k, "\xe2\x96\x81", 3) == 0) {
 					CHECK(dec[j] == ' ');
 					k += 2;
@@ -209,6 +218,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size == 0)
 		return 0;
 	for (i = 0; i < N_VOCAB; i++)
-		run_one(toks[i], (const char *)data + 1, size - 1, data[0]);
+		run_one(toks[i], vocab_escapes[i], (const char *)data + 1, size - 1, data[0]);
 	return 0;
 }

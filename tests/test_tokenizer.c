@@ -222,6 +222,24 @@ static void test_vocab_qwen2(void **state)
 	run_vocab_cases("ggml-vocab-qwen2.gguf");
 }
 
+static void test_vocab_phi3(void **state)
+{
+	(void)state;
+	run_vocab_cases("ggml-vocab-phi-3.gguf");
+}
+
+static void test_vocab_gemma4(void **state)
+{
+	(void)state;
+	run_vocab_cases("ggml-vocab-gemma-4.gguf");
+}
+
+static void test_vocab_qwen35(void **state)
+{
+	(void)state;
+	run_vocab_cases("ggml-vocab-qwen35.gguf");
+}
+
 /* ---- stories260K ----------------------------------------------------------- */
 
 static void test_stories_once_upon(void **state)
@@ -341,6 +359,14 @@ static void test_roundtrip_qwen2(void **state)
 {
 	(void)state;
 	roundtrip_vocab("ggml-vocab-qwen2.gguf", false);
+}
+
+static void test_roundtrip_new_vocabs(void **state)
+{
+	(void)state;
+	roundtrip_vocab("ggml-vocab-phi-3.gguf", true);
+	roundtrip_vocab("ggml-vocab-gemma-4.gguf", false);
+	roundtrip_vocab("ggml-vocab-qwen35.gguf", false);
 }
 
 /* ---- special tokens, small buffers, odd input ------------------------------- */
@@ -858,10 +884,14 @@ int main(void)
 		cmocka_unit_test(test_vocab_llama_spm),
 		cmocka_unit_test(test_vocab_llama_bpe),
 		cmocka_unit_test(test_vocab_qwen2),
+		cmocka_unit_test(test_vocab_phi3),
+		cmocka_unit_test(test_vocab_gemma4),
+		cmocka_unit_test(test_vocab_qwen35),
 		cmocka_unit_test(test_stories_once_upon),
 		cmocka_unit_test(test_roundtrip_spm),
 		cmocka_unit_test(test_roundtrip_llama_bpe),
 		cmocka_unit_test(test_roundtrip_qwen2),
+		cmocka_unit_test(test_roundtrip_new_vocabs),
 		cmocka_unit_test(test_special_tokens),
 		cmocka_unit_test(test_odd_bytes),
 		cmocka_unit_test(test_stream_utf8),

@@ -23,7 +23,10 @@
  *  3. BPE, per raw fragment: decode to code points (each invalid byte becomes
  *     U+FFFD, as llama.cpp does), cut into words by the pre-tokenizer, map each
  *     word's UTF-8 bytes through GPT-2's bytes_to_unicode, merge adjacent pairs by
- *     lowest merge rank (ties: leftmost) and emit the pieces.
+ *     lowest merge rank (ties: leftmost) and emit the pieces. Gemma 4's BPE
+ *     works on SentencePiece-style pieces instead: spaces become U+2581, words
+ *     are runs of non-newlines and runs of newlines (one piece when the run is
+ *     one), symbols stay raw UTF-8 and fall back to <0xXX> byte tokens.
  *
  * The pre-tokenizer regexes are hand-written matchers that reproduce what
  * llama.cpp computes (its custom GPT-2/Llama-3 splitters and, for Qwen2, its
@@ -71,10 +74,13 @@ enum tok_pre {
 	TOK_PRE_GPT2,      /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 	TOK_PRE_LLAMA3,    /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
 	TOK_PRE_QWEN2,     /* the same with \p{N} instead of \p{N}{1,3} */
+	TOK_PRE_QWEN35,    /* Qwen2's with [\p{L}\p{M}]+ letter runs and marks out of the symbol runs */
+	TOK_PRE_GEMMA4,    /* SentencePiece-style BPE: spaces -> U+2581, [^\n]+|[\n]+, raw UTF-8 symbols */
 };
 
-/* Code point classes (unicode_tab.h values; NONE = outside the fragment). */
-enum { CLS_OTHER = 0, CLS_LETTER = 1, CLS_NUMBER = 2, CLS_SPACE = 3, CLS_NONE = 4 };
+/* Code point classes (unicode_tab.h values; NONE = outside the fragment).
+ * Marks are OTHER for every pre-tokenizer but Qwen3.5's. */
+enum { CLS_OTHER = 0, CLS_LETTER = 1, CLS_NUMBER = 2, CLS_SPACE = 3, CLS_MARK = 4, CLS_NONE = 5 };
 
 /* Longest piece we accept, so piece lengths always fit an int. */
 #define TOK_MAX_PIECE (1u << 24)
@@ -116,6 +122,7 @@ struct tok {
 	bool add_bos;
 	bool add_space_prefix;
 	bool ignore_merges;  /* Llama-3: a word that is a piece is emitted whole */
+	bool escape_ws;      /* BPE over SentencePiece-style pieces (Gemma 4): U+2581 for spaces */
 };
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -406,6 +413,7 @@ static const struct tok_pre_name tok_pre_names[] = {
 	{ "pixtral", TOK_PRE_LLAMA3 },
 	{ "qwen2", TOK_PRE_QWEN2 },    { "deepseek-r1-qwen", TOK_PRE_QWEN2 },
 	{ "stablelm2", TOK_PRE_QWEN2 },
+	{ "qwen35", TOK_PRE_QWEN35 },
 };
 
 /* Optional id key: keeps *id unless the key holds an id inside the vocabulary
@@ -698,7 +706,7 @@ static size_t tok_render(const struct tok *t, int32_t id, char *out)
 		return n;
 	}
 	if (attr & TOK_ATTR_NORMAL) {
-		if (t->kind == TOK_SPM) {
+		if (t->kind == TOK_SPM || t->escape_ws) {
 			while (i < n) {
 				if (i + 3 <= n && memcmp(s + i, "\xe2\x96\x81", 3) == 0) {
 					out[k++] = ' ';
@@ -898,7 +906,7 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 			if (t->pre == TOK_PRE_NONE) {
 				rc = tkv_errf(err, TKV_ERR_UNSUPPORTED,
 					      "%s: unsupported pre-tokenizer tokenizer.ggml.pre = \"%.*s\" "
-					      "(supported: default, gpt-2, llama3/llama-bpe, qwen2)",
+					      "(supported: default, gpt-2, llama3/llama-bpe, qwen2, qwen35)",
 					      gguf_name(g), (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 				goto out_free;
 			}
@@ -907,9 +915,20 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 			t->ignore_merges = true;
 			t->add_bos = true;
 		}
+	} else if (gguf_str_eq(model, "gemma4")) {
+		/* BPE over SentencePiece-style pieces; special ids come from the
+		 * file, and llama.cpp adds BOS even where the file says not to */
+		t->kind = TOK_BPE;
+		t->pre = TOK_PRE_GEMMA4;
+		t->escape_ws = true;
+		t->bos = -1;
+		t->eos = -1;
+		t->unk = -1;
+		t->add_bos = true;
+		t->add_space_prefix = false;
 	} else {
 		rc = tkv_errf(err, TKV_ERR_UNSUPPORTED,
-			      "%s: unsupported tokenizer.ggml.model = \"%.*s\" (supported: llama, gpt2)",
+			      "%s: unsupported tokenizer.ggml.model = \"%.*s\" (supported: llama, gpt2, gemma4)",
 			      gguf_name(g), (int)(model.len > 64 ? 64 : model.len), model.ptr);
 		goto out_free;
 	}
@@ -938,6 +957,8 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 	tok_read_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos);
 	tok_read_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &t->unk);
 	tok_read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+	if (t->pre == TOK_PRE_GEMMA4)
+		t->add_bos = true;
 
 	for (i = 0; i < 256; i++) {
 		char hex[8];
@@ -1005,6 +1026,12 @@ bool tok_is_eog(const struct tok *t, int32_t id)
 		if (t->eog[i] == id)
 			return true;
 	return false;
+}
+
+bool tok_is_special(const struct tok *t, int32_t id)
+{
+	return id >= 0 && id < t->n_vocab &&
+	       (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED | TOK_ATTR_UNKNOWN));
 }
 
 bool tok_is_control(const struct tok *t, int32_t id)
@@ -1358,9 +1385,19 @@ static size_t tok_pre_gpt2(const struct tok_enc *e, size_t pos, size_t end)
 	return tok_pre_space(e, pos, end, false);
 }
 
+static inline bool tok_letter_at(const struct tok_enc *e, size_t i, size_t end)
+{
+	int k = tok_cls_at(e, i, end);
+
+	return k == CLS_LETTER || k == CLS_MARK;
+}
+
 /* Llama-3 (max_digits 3) and Qwen2 (max_digits 1):
  * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max}
- * | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+ * | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen3.5 reads [\p{L}\p{M}] for \p{L} in the letter run and [^\s\p{L}\p{M}\p{N}]
+ * in the symbol run: marks are their own class only there (else OTHER). A mark
+ * may lead a letter run (it is not \p{L} or \p{N}) or be one. */
 static size_t tok_pre_llama3(const struct tok_enc *e, size_t pos, size_t end, size_t max_digits)
 {
 	uint32_t c = e->cp[pos];
@@ -1370,9 +1407,9 @@ static size_t tok_pre_llama3(const struct tok_enc *e, size_t pos, size_t end, si
 	if (n)
 		return pos + n;
 	if (c != '\r' && c != '\n' && cls != CLS_NUMBER &&
-	    (cls == CLS_LETTER || tok_cls_at(e, pos + 1, end) == CLS_LETTER)) {
+	    (tok_letter_at(e, pos, end) || tok_letter_at(e, pos + 1, end))) {
 		p = pos + 1;
-		while (tok_cls_at(e, p, end) == CLS_LETTER)
+		while (tok_letter_at(e, p, end))
 			p++;
 		return p;
 	}
@@ -1422,19 +1459,26 @@ static int tok_bpe_word(struct tok_enc *e, size_t from, size_t to)
 	int32_t n_sym, s, id;
 	int rc;
 
-	/* code point -> UTF-8 -> one GPT-2 character (1 or 2 bytes) per byte */
+	/* code point -> UTF-8 -> one GPT-2 character (1 or 2 bytes) per byte;
+	 * SentencePiece-style: the UTF-8 itself, U+2581 for a space */
 	rc = tok_reserve(e->a, (void **)&e->buf, &e->cap_buf, 8 * (to - from), 1);
 	if (rc)
 		return rc;
 	for (i = from; i < to; i++) {
 		char u[4];
-		size_t m = tok_utf8_put(e->cp[i], u), j;
+		size_t m, j;
 
+		if (t->escape_ws) {
+			len += tok_utf8_put(e->cp[i] == ' ' ? 0x2581 : e->cp[i], e->buf + len);
+			continue;
+		}
+		m = tok_utf8_put(e->cp[i], u);
 		for (j = 0; j < m; j++)
 			len += tok_utf8_put(tok_byte_to_cp((unsigned char)u[j]), e->buf + len);
 	}
 
-	if (t->ignore_merges) {
+	/* Llama-3: a word that is a piece; Gemma 4: a run of newlines that is one */
+	if (t->ignore_merges || (t->pre == TOK_PRE_GEMMA4 && e->cp[from] == '\n')) {
 		id = tok_lookup(t, e->buf, len);
 		if (id >= 0) {
 			tok_emit(e, id);
@@ -1475,9 +1519,13 @@ static int tok_bpe_word(struct tok_enc *e, size_t from, size_t to)
 			tok_emit(e, id);
 			continue;
 		}
-		/* as llama.cpp: each byte of the symbol as a one-byte piece, if any */
+		/* as llama.cpp: each byte of the symbol as a one-byte piece (its
+		 * <0xXX> piece for SentencePiece-style pieces), if any */
 		for (j = 0; j < sy->n; j++) {
-			id = tok_lookup(t, e->buf + sy->off + j, 1);
+			if (t->escape_ws)
+				id = t->byte_tok[(unsigned char)e->buf[sy->off + j]];
+			else
+				id = tok_lookup(t, e->buf + sy->off + j, 1);
 			if (id >= 0)
 				tok_emit(e, id);
 		}
@@ -1509,6 +1557,8 @@ static int tok_bpe_fragment(struct tok_enc *e, const char *text, size_t len)
 		}
 		e->cp[n] = cp;
 		e->cls[n] = (uint8_t)tok_uni_class(cp);
+		if (e->cls[n] == CLS_MARK && e->t->pre != TOK_PRE_QWEN35)
+			e->cls[n] = CLS_OTHER;
 		n++;
 		i += m;
 	}
@@ -1519,7 +1569,13 @@ static int tok_bpe_fragment(struct tok_enc *e, const char *text, size_t len)
 			next = tok_pre_llama3(e, pos, n, 3);
 			break;
 		case TOK_PRE_QWEN2:
+		case TOK_PRE_QWEN35:
 			next = tok_pre_llama3(e, pos, n, 1);
+			break;
+		case TOK_PRE_GEMMA4:
+			next = pos + 1;
+			while (next < n && (e->cp[next] == '\n') == (e->cp[pos] == '\n'))
+				next++;
 			break;
 		default:
 			next = tok_pre_gpt2(e, pos, n);

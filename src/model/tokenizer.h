@@ -51,6 +51,9 @@ bool tok_add_bos(const struct tok *t); /* tokenizer.ggml.add_bos_token (SPM defa
 bool tok_add_space_prefix(const struct tok *t);
 /* True for control and unknown tokens (the ones tok_decode hides unless special). */
 bool tok_is_control(const struct tok *t, int32_t id);
+/* True for the tokens encoding splits out of the text: control, user-defined
+ * and unknown ones. */
+bool tok_is_special(const struct tok *t, int32_t id);
 /* True for end-of-generation tokens (eos, eot, <|im_end|>, ...). */
 bool tok_is_eog(const struct tok *t, int32_t id);
 
