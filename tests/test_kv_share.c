@@ -16,6 +16,7 @@
 #include "kv/policy.h"
 #include "kv/pool.h"
 #include "kv/seq.h"
+#include "kv/share.h"
 #include "kv/tier.h"
 #include "tierkv.h"
 

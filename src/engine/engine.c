@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kv/cache.h"
 #include "kv/plan.h"
 #include "kv/policy.h"
 #include "kv/pool.h"
@@ -28,6 +29,7 @@ struct tkv_engine {
 	struct kv_prefix *prefix;  /* NULL when prefix sharing is off */
 	struct tpool *tp;
 	struct llama_scratch scratch;
+	struct kv_cache *cache;   /* the forward pass's seam to the KV cache */
 	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
 	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
 	uint32_t n_seqs;
@@ -125,9 +127,22 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 		goto out_free;
 	if ((st = tpool_init(&e->tp, e->params.n_threads, e->alloc, err)))
 		goto out_free;
-	if ((st = llama_scratch_init(&e->scratch, m, e->params.n_batch, e->params.n_ctx,
-				     (uint32_t)e->params.n_threads, e->alloc, err)))
+	if ((st = llama_scratch_init(&e->scratch, m, e->params.n_batch, (uint32_t)e->params.n_threads, e->alloc,
+				     err)))
 		goto out_free;
+	{
+		struct kv_cache_shape sh = {
+			.n_batch = e->params.n_batch,
+			.n_ctx = e->params.n_ctx,
+			.n_threads = (uint32_t)e->params.n_threads,
+			.n_head = m->info.n_head,
+			.n_kv_head = m->info.n_kv_head,
+			.head_dim = m->info.head_dim,
+		};
+
+		if ((st = kv_cache_init(&e->cache, &e->cfg, &sh, e->alloc, err)))
+			goto out_free;
+	}
 	e->logits = tkv_malloc(e->alloc, (size_t)e->params.n_batch * m->info.n_vocab * sizeof(float));
 	if (!e->logits) {
 		st = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for batch logits");
@@ -146,6 +161,7 @@ void tkv_engine_free(struct tkv_engine *e)
 	if (!e)
 		return;
 	tkv_free(e->alloc, e->logits);
+	kv_cache_free(e->cache);
 	llama_scratch_free(&e->scratch, e->alloc);
 	tpool_free(e->tp);
 	kv_prefix_free(e->prefix);
@@ -602,7 +618,7 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 	while (done < n) {
 		uint32_t c = (uint32_t)(n - done < e->params.n_batch ? n - done : e->params.n_batch);
 		bool last = done + c == n;
-		struct llama_seg seg = { s->kv, 0, c, (int32_t)s->n_past };
+		struct kv_seg seg = { s->kv, 0, c, (int32_t)s->n_past };
 		uint32_t n_out = 0;
 		float *lg = NULL;
 
@@ -620,7 +636,7 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 			n_out = 1;
 			lg = logits;
 		}
-		llama_forward(e->model, &e->scratch, e->tp, &e->cfg, ids + done, &seg, 1, e->scratch.rows, n_out, lg);
+		llama_forward(e->model, &e->scratch, e->tp, e->cache, ids + done, &seg, 1, e->scratch.rows, n_out, lg);
 		done += c;
 		if ((st = advance(e, s, c, err)))
 			return st;
@@ -632,7 +648,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 {
 	uint32_t n_vocab = e->model->info.n_vocab, B = e->params.n_batch;
 	size_t *done = NULL;
-	struct llama_seg *segs = NULL;
+	struct kv_seg *segs = NULL;
 	int32_t *ids = NULL;
 	size_t *seg_item = NULL;
 	int first = TKV_OK, abort_st = TKV_OK;
@@ -663,7 +679,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 			if (it->status || done[i] == it->n)
 				continue;
 			c = (uint32_t)(it->n - done[i] < B - rows ? it->n - done[i] : B - rows);
-			segs[n_segs] = (struct llama_seg){ it->seq->kv, rows, c, (int32_t)it->seq->n_past };
+			segs[n_segs] = (struct kv_seg){ it->seq->kv, rows, c, (int32_t)it->seq->n_past };
 			seg_item[n_segs++] = i;
 			memcpy(ids + rows, it->ids + done[i], c * sizeof *ids);
 			rows += c;
@@ -715,7 +731,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 			if (it->logits && done[seg_item[g]] + segs[g].n == it->n)
 				e->scratch.rows[n_out++] = segs[g].row0 + segs[g].n - 1;
 		}
-		llama_forward(e->model, &e->scratch, e->tp, &e->cfg, ids, segs, n_segs, e->scratch.rows, n_out,
+		llama_forward(e->model, &e->scratch, e->tp, e->cache, ids, segs, n_segs, e->scratch.rows, n_out,
 			      e->logits);
 		n_out = 0;
 		for (uint32_t g = 0; g < n_segs; g++) {

@@ -136,7 +136,6 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 	c->page_tokens = page_tokens;
 	c->low_cap = page_tokens < 64 ? 64 : page_tokens;
 	c->group = group;
-	c->obs_window = 16;
 	c->completion = p->completion != 0;
 	c->rotate = p->rotate != 0;
 	c->skip = p->cold_skip ? 16.0f : 0.0f;
@@ -162,8 +161,11 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 		c->prio = KV_PRIO_POS;
 		break;
 	case TKV_POLICY_H2O:
+		c->prio = KV_PRIO_ACC;
+		break;
 	case TKV_POLICY_SNAPKV:
 		c->prio = KV_PRIO_ACC;
+		c->obs_window = 16;
 		break;
 	case TKV_POLICY_TOVA:
 		c->score = KV_SCORE_LAST;
@@ -203,6 +205,13 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 }
 
 /* ---- scores ---------------------------------------------------------------- */
+
+uint32_t kv_policy_first_voter(const struct kv_cfg *c, uint32_t n)
+{
+	if (c->score == KV_SCORE_NONE)
+		return n;
+	return c->obs_window && n > c->obs_window ? n - c->obs_window : 0;
+}
 
 void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float *att)
 {

@@ -56,7 +56,7 @@ struct kv_cfg {
 	uint32_t page_tokens;             /* slots of full-precision pages */
 	uint32_t low_cap;                 /* slots of warm and cold pages */
 	uint32_t group;                   /* query heads per KV head */
-	uint32_t obs_window;              /* snapkv: last queries of a prefill chunk that vote */
+	uint32_t obs_window;              /* snapkv: last queries of a forward chunk that vote; 0 = all */
 	bool completion, rotate, adaptive, evicts;
 	bool tight_q8;                    /* tight streams take new tokens at q8 (head comment) */
 	bool always;                      /* acts within the budget too: kivi quantizes,
@@ -74,6 +74,10 @@ struct kv_cfg {
 int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t head_dim,
 		uint32_t group, uint32_t hot_fmt, uint32_t page_tokens, struct tkv_error *err);
 
+/* The first of n rows of a forward chunk whose attention updates the slots'
+ * scores (n: none vote): every row, or SnapKV's observation window, the last
+ * obs_window queries of a longer chunk. */
+uint32_t kv_policy_first_voter(const struct kv_cfg *c, uint32_t n);
 /* Updates the scores of a stream's slots from one query's attention (att: per
  * slot in page order, summed over the group's heads). */
 void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float *att);

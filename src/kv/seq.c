@@ -701,96 +701,21 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 	struct kv_stream *st = kv_seq_stream(s, layer, head);
 	/* reserve guarantees a hot page with room */
 	struct kv_page *pg = hot_room(st);
-	uint32_t d = s->head_dim;
-	float inv;
 
 	kv_page_store(pg, pg->n_used, pos, k, v);
 	kv_stream_set_used(s, st, pg, pg->n_used + 1);
+	kv_stream_see_key(st, k, s->head_dim);
+}
+
+void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d)
+{
+	float inv;
+
 	/* running mean of keys: the context's core vector for semantic scores */
 	st->n_seen++;
 	inv = 1.0f / (float)st->n_seen;
 	for (uint32_t i = 0; i < d; i++)
 		st->centroid[i] += (k[i] - st->centroid[i]) * inv;
-}
-
-/* alpha = x . b / |b|^2 when cos(x, b) >= min_cos; NAN otherwise. */
-static float share_scale(const float *x, const float *b, uint32_t d, float min_cos)
-{
-	double xb = 0.0, xx = 0.0, bb = 0.0, a;
-
-	for (uint32_t i = 0; i < d; i++) {
-		xb += (double)x[i] * b[i];
-		xx += (double)x[i] * x[i];
-		bb += (double)b[i] * b[i];
-	}
-	if (!(xx > 0.0 && bb > 0.0) || xb < (double)min_cos * sqrt(xx * bb))
-		return NAN;
-	a = xb / bb;
-	return fabs(a) < 65504.0 ? (float)a : NAN;
-}
-
-/* A shared-slot page of st with room, taking a new one when none has;
- * NULL when the pool refuses. */
-static struct kv_page *ref_page(struct kv_seq *s, struct kv_stream *st)
-{
-	struct kv_page *pg;
-	int why;
-
-	if (st->ref_tail < st->n_pages) {
-		pg = st->pages[st->ref_tail];
-		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN))
-			return pg;
-	}
-	for (uint32_t i = 0; i < st->n_pages; i++) {
-		pg = st->pages[i];
-		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN)) {
-			st->ref_tail = i;
-			return pg;
-		}
-	}
-	if (!(pg = kv_pool_get(s->pool, s->head_dim, KV_FMT_REF, st->low_cap, &why)))
-		return NULL;
-	if (kv_stream_add_page(s, st, pg)) {
-		kv_pool_put(s->pool, pg);
-		return NULL;
-	}
-	st->ref_tail = st->n_pages - 1;
-	return pg;
-}
-
-bool kv_seq_append_shared(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos, const float *k,
-			  const float *v, const float *k_below, const float *v_below)
-{
-	struct kv_stream *st = kv_seq_stream(s, layer, head);
-	struct kv_page *pg;
-	float ak, av, inv;
-
-	if (!(s->share_cos > 0.0f && layer >= s->share_from && layer > 0 && k_below && v_below) ||
-	    isnan(ak = share_scale(k, k_below, s->head_dim, s->share_cos)) ||
-	    isnan(av = share_scale(v, v_below, s->head_dim, s->share_cos)) || !(pg = ref_page(s, st))) {
-		kv_seq_append(s, layer, head, pos, k, v);
-		return false;
-	}
-	kv_page_store(pg, pg->n_used, pos, &ak, &av);
-	kv_stream_set_used(s, st, pg, pg->n_used + 1);
-	st->n_seen++;
-	inv = 1.0f / (float)st->n_seen;
-	for (uint32_t i = 0; i < s->head_dim; i++)
-		st->centroid[i] += (k[i] - st->centroid[i]) * inv;
-	return true;
-}
-
-void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos)
-{
-	for (int32_t i = 0; i < n_pos; i++)
-		map[i] = KV_NO_PAGE;
-	for (uint32_t p = 0; p < src->n_pages; p++) {
-		const struct kv_page *pg = src->pages[p];
-
-		for (uint32_t j = 0; j < pg->n_used; j++)
-			if (pg->pos[j] >= 0 && pg->pos[j] < n_pos)
-				map[pg->pos[j]] = p << 12 | j;
-	}
 }
 
 /* A private copy of page src: same shape, format, flags (but not frozen) and

@@ -56,7 +56,7 @@ struct kv_seq {
 	bool measure_entropy;        /* streams accumulate attention entropy (ent_sum) */
 	bool plan_set;               /* a layer plan other than the pool's uniform pages */
 	int32_t n_pos;               /* position of the next token */
-	/* cross-layer sharing (kv_seq_append_shared): off when share_cos is 0 */
+	/* cross-layer sharing (share.h): off when share_cos is 0 */
 	float share_cos;             /* least cosine of key and of value to the layer below */
 	uint32_t share_from;         /* first layer that may share with the one below (>= 1) */
 };
@@ -117,24 +117,9 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err);
 void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 		   const float *k, const float *v);
 
-/* Cross-layer sharing (MiniCache-style, off unless s->share_cos > 0): a
- * token of layer l >= share_from whose key and value both have a cosine of
- * at least share_cos with its key and value in layer l - 1 (k_below,
- * v_below: NULL when layer l - 1 did not store them in full) is stored as a
- * KV_FMT_REF slot: the least-squares scales alpha = x . x_below / |x_below|^2
- * of key and value, 4 bytes instead of a row each. Attention reads the
- * direction from the slot of the same position in layer l - 1 (whatever its
- * tier by then), so the two layers keep one direction and their own
- * magnitudes; a shared slot whose source was evicted is masked (the layer
- * below's eviction takes it along). Shared slots are never a source, so
- * sharing does not chain. Otherwise (or when no page for the slot can be
- * had) this is kv_seq_append. Returns whether the slot was stored shared. */
-bool kv_seq_append_shared(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos, const float *k,
-			  const float *v, const float *k_below, const float *v_below);
-/* Where each position of stream src lives: map[pos] = page << 12 | slot for
- * its slots (caps are at most 4096), KV_NO_PAGE for positions it does not
- * hold; map has n_pos entries. */
-void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos);
+/* Counts a key appended to a stream into its running mean (the centroid
+ * semantic priorities compare keys with). */
+void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d);
 
 /* Page bookkeeping for the policy, keeping n_tokens, hot_free, tail and
  * kv_bytes exact: */

@@ -20,8 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "kv/policy.h"
-#include "kv/seq.h"
+#include "kv/cache.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "ops/dtype.h"
@@ -417,14 +416,14 @@ int tkv_tokenize(const struct tkv_model *m, const char *text, size_t len, int ad
 /* ---- scratch --------------------------------------------------------------- */
 
 int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint32_t n_batch,
-		       uint32_t n_ctx, uint32_t n_threads, struct tkv_alloc *a, struct tkv_error *err)
+		       uint32_t n_threads, struct tkv_alloc *a, struct tkv_error *err)
 {
 	const struct tkv_model_info *in = &m->info;
 	size_t B = n_batch, qd = (size_t)in->n_head * in->head_dim, kvd = (size_t)in->n_kv_head * in->head_dim;
+	size_t widest = in->dim > in->n_ff ? in->dim : in->n_ff;
 
 	memset(s, 0, sizeof *s);
 	s->n_batch = n_batch;
-	s->n_ctx = n_ctx;
 	s->n_threads = n_threads;
 	s->x = tkv_malloc(a, B * in->dim * sizeof(float));
 	s->xb = tkv_malloc(a, B * in->dim * sizeof(float));
@@ -435,28 +434,12 @@ int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint3
 	s->o = tkv_malloc(a, B * in->dim * sizeof(float));
 	s->hg = tkv_malloc(a, B * in->n_ff * sizeof(float));
 	s->hu = tkv_malloc(a, B * in->n_ff * sizeof(float));
-	{
-		size_t group = in->n_head / in->n_kv_head;
-
-		s->logit = tkv_malloc(a, (size_t)n_threads * group * n_ctx * sizeof(float));
-		s->att = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof(float));
-		s->rot = tkv_malloc(a, (size_t)n_threads * 2 * group * in->head_dim * sizeof(float));
-		s->rows = tkv_malloc(a, B * sizeof *s->rows);
-		s->kb = tkv_malloc(a, B * kvd * sizeof(float));
-		s->vb = tkv_malloc(a, B * kvd * sizeof(float));
-		s->shared = tkv_malloc(a, B * in->n_kv_head);
-		s->below_map = tkv_malloc(a, (size_t)n_threads * n_ctx * sizeof *s->below_map);
-	}
-	{
-		size_t widest = in->dim > in->n_ff ? in->dim : in->n_ff;
-
-		if (qd > widest)
-			widest = qd;
-		s->work_size = ops_matmul_work_size((int64_t)widest, (int)n_batch, (int)n_threads);
-		s->work = tkv_malloc(a, s->work_size);
-	}
-	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu ||
-	    !s->logit || !s->att || !s->rot || !s->rows || !s->kb || !s->vb || !s->shared || !s->below_map ||
+	s->rows = tkv_malloc(a, B * sizeof *s->rows);
+	if (qd > widest)
+		widest = qd;
+	s->work_size = ops_matmul_work_size((int64_t)widest, (int)n_batch, (int)n_threads);
+	s->work = tkv_malloc(a, s->work_size);
+	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->ao || !s->o || !s->hg || !s->hu || !s->rows ||
 	    !s->work) {
 		llama_scratch_free(s, a);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for activations (batch %u)", n_batch);
@@ -475,154 +458,65 @@ void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a)
 	tkv_free(a, s->o);
 	tkv_free(a, s->hg);
 	tkv_free(a, s->hu);
-	tkv_free(a, s->logit);
-	tkv_free(a, s->att);
-	tkv_free(a, s->rot);
 	tkv_free(a, s->rows);
-	tkv_free(a, s->kb);
-	tkv_free(a, s->vb);
-	tkv_free(a, s->shared);
-	tkv_free(a, s->below_map);
 	tkv_free(a, s->work);
 	memset(s, 0, sizeof *s);
 }
 
 /* ---- forward ----------------------------------------------------------------- */
 
-struct attn_job {
-	const struct tkv_model *m;
-	struct llama_scratch *s;
-	const struct kv_cfg *cfg;
-	const struct llama_seg *segs;
-	uint32_t n_segs, layer;
-};
-
-/* One task per (segment, KV head): that stream's query heads for every row of
- * the segment, in order, so score updates of a stream never race. */
-static void attn_worker(void *ctx, int ith, int nth)
+/* x += W in for each of n rows: a projection added to the residual stream
+ * (through the scratch output o). */
+static void residual(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp, const struct ops_mat *w,
+		     const float *in, uint32_t n)
 {
-	const struct attn_job *j = ctx;
-	const struct tkv_model_info *in = &j->m->info;
-	uint32_t hd = in->head_dim, group = in->n_head / in->n_kv_head;
-	size_t n_task = (size_t)j->n_segs * in->n_kv_head;
-	const struct kv_cfg *cfg = j->cfg;
-	struct kv_attn_args a = {
-		.nq = group,
-		.scale = 1.0f / sqrtf((float)hd),
-		.skip = cfg->skip,
-		.logit = j->s->logit + (size_t)ith * group * j->s->n_ctx,
-		.qrot = j->s->rot + (size_t)ith * 2 * group * hd,
-		.orot = j->s->rot + ((size_t)ith * 2 + 1) * group * hd,
-	};
-
-	for (size_t t = n_task * ith / nth; t < n_task * (ith + 1) / nth; t++) {
-		const struct llama_seg *sg = &j->segs[t / in->n_kv_head];
-		uint32_t g = (uint32_t)(t % in->n_kv_head);
-		struct kv_stream *st = kv_seq_stream(sg->seq, j->layer, g);
-		/* snapkv votes with the last queries of a prompt chunk; others with all */
-		uint32_t observe_from = cfg->policy == TKV_POLICY_SNAPKV && sg->n > cfg->obs_window ?
-					sg->n - cfg->obs_window : 0;
-
-		/* shared slots read their directions in the layer below */
-		a.below = NULL;
-		for (uint32_t p = 0; j->layer > 0 && sg->seq->share_cos > 0.0f && p < st->n_pages && !a.below; p++)
-			if (st->pages[p]->fmt == KV_FMT_REF) {
-				uint32_t *map = j->s->below_map + (size_t)ith * j->s->n_ctx;
-				int32_t end = sg->pos0 + (int32_t)sg->n;
-
-				a.below = kv_seq_stream(sg->seq, j->layer - 1, g);
-				a.n_pos = end < (int32_t)j->s->n_ctx ? end : (int32_t)j->s->n_ctx;
-				kv_stream_pos_map(a.below, map, a.n_pos);
-				a.below_map = map;
-			}
-
-		for (uint32_t i = 0; i < sg->n; i++) {
-			size_t row = sg->row0 + i;
-			int observe = cfg->score != KV_SCORE_NONE && i >= observe_from;
-
-			a.q = j->s->q + (row * in->n_head + (size_t)g * group) * hd;
-			a.out = j->s->ao + (row * in->n_head + (size_t)g * group) * hd;
-			a.qpos = sg->pos0 + (int32_t)i;
-			a.att = observe ? j->s->att + (size_t)ith * j->s->n_ctx : NULL;
-			a.entropy = cfg->adaptive || sg->seq->measure_entropy ? &st->ent_sum : NULL;
-			kv_attn(st, hd, &a);
-			if (observe)
-				kv_policy_observe(cfg, st, a.att);
-			if (a.entropy)
-				st->ent_n++;
-		}
-	}
+	ops_matmul_n(tp, &w, &s->o, 1, in, (int)n, s->work, s->work_size);
+	for (size_t i = 0; i < (size_t)n * m->info.dim; i++)
+		s->x[i] += s->o[i];
 }
 
-void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp,
-		   const struct kv_cfg *cfg, const int32_t *ids, const struct llama_seg *segs,
-		   uint32_t n_segs, const uint32_t *out_rows, uint32_t n_out, float *logits)
+void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp, struct kv_cache *kv,
+		   const int32_t *ids, const struct kv_seg *segs, uint32_t n_segs, const uint32_t *out_rows,
+		   uint32_t n_out, float *logits)
 {
 	const struct tkv_model_info *in = &m->info;
 	uint32_t dim = in->dim, hd = in->head_dim, n = 0;
-	size_t qd = (size_t)in->n_head * hd, kvd = (size_t)in->n_kv_head * hd, attn_work = 0;
+	size_t qd = (size_t)in->n_head * hd, kvd = (size_t)in->n_kv_head * hd;
 
-	for (uint32_t g = 0; g < n_segs; g++) {
+	for (uint32_t g = 0; g < n_segs; g++)
 		n += segs[g].n;
-		attn_work += (size_t)segs[g].n * (kv_seq_stream(segs[g].seq, 0, 0)->n_tokens + segs[g].n);
-	}
-	attn_work *= (size_t)in->n_head * hd;
 	for (uint32_t i = 0; i < n; i++)
 		ops_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)ids[i] * m->tok_embd.row_bytes,
 				s->x + (size_t)i * dim, dim);
 
 	for (uint32_t l = 0; l < in->n_layer; l++) {
 		const struct llama_layer *L = &m->layers[l];
-		struct attn_job aj = { m, s, cfg, segs, n_segs, l };
 
+		/* attention: q, k, v of the normed rows, rotated to their positions;
+		 * the cache stores k and v and attends the queries */
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->attn_norm, dim, in->rms_eps);
-		{
-			const struct ops_mat *w[3] = { &L->wq, &L->wk, &L->wv };
-			float *y[3] = { s->q, s->k, s->v };
+		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->wq, &L->wk, &L->wv }, (float *[]){ s->q, s->k, s->v },
+			     3, s->xb, (int)n, s->work, s->work_size);
+		for (uint32_t g = 0; g < n_segs; g++)
+			for (uint32_t i = 0; i < segs[g].n; i++) {
+				size_t r = segs[g].row0 + i;
+				float pos = (float)(segs[g].pos0 + (int32_t)i);
 
-			ops_matmul_n(tp, w, y, 3, s->xb, (int)n, s->work, s->work_size);
-		}
-		for (uint32_t g = 0; g < n_segs; g++) {
-			const struct llama_seg *sg = &segs[g];
-
-			for (uint32_t i = 0; i < sg->n; i++) {
-				size_t r = sg->row0 + i;
-				int32_t pos = sg->pos0 + (int32_t)i;
-
-				ops_rope(s->q + r * qd, (int)in->n_head, (int)hd, (int)in->n_rot, (float)pos, m->inv_freq);
-				ops_rope(s->k + r * kvd, (int)in->n_kv_head, (int)hd, (int)in->n_rot, (float)pos, m->inv_freq);
-				for (uint32_t h = 0; h < in->n_kv_head; h++) {
-					float *k = s->k + r * kvd + (size_t)h * hd, *v = s->v + r * kvd + (size_t)h * hd;
-					float *kb = s->kb + r * kvd + (size_t)h * hd, *vb = s->vb + r * kvd + (size_t)h * hd;
-					uint8_t *shared = &s->shared[r * in->n_kv_head + h];
-
-					if (sg->seq->share_cos <= 0.0f) {
-						kv_seq_append(sg->seq, l, h, pos, k, v);
-						continue;
-					}
-					/* a shared slot is never a source: no chains */
-					*shared = kv_seq_append_shared(sg->seq, l, h, pos, k, v, l && !*shared ? kb : NULL,
-								       l && !*shared ? vb : NULL);
-					memcpy(kb, k, hd * sizeof *kb);
-					memcpy(vb, v, hd * sizeof *vb);
-				}
+				ops_rope(s->q + r * qd, (int)in->n_head, (int)hd, (int)in->n_rot, pos, m->inv_freq);
+				ops_rope(s->k + r * kvd, (int)in->n_kv_head, (int)hd, (int)in->n_rot, pos, m->inv_freq);
 			}
-		}
-		/* small attention work runs on the caller: a wake-up costs more */
-		tpool_run(attn_work < 65536 ? NULL : tp, attn_worker, &aj);
-		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->wo }, &s->o, 1, s->ao, (int)n, s->work, s->work_size);
-		for (size_t i = 0; i < (size_t)n * dim; i++)
-			s->x[i] += s->o[i];
+		kv_cache_store(kv, l, segs, n_segs, s->k, s->v);
+		kv_cache_attend(kv, tp, l, segs, n_segs, s->q, s->ao);
+		residual(m, s, tp, &L->wo, s->ao, n);
 
+		/* feed-forward: x += Wdown (silu(Wgate xb) * Wup xb) */
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->ffn_norm, dim, in->rms_eps);
 		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->w_gate, &L->w_up }, (float *[]){ s->hg, s->hu }, 2, s->xb,
 			     (int)n, s->work, s->work_size);
 		ops_swiglu(s->hg, s->hg, s->hu, (int)(n * in->n_ff));
-		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->w_down }, &s->o, 1, s->hg, (int)n, s->work, s->work_size);
-		for (size_t i = 0; i < (size_t)n * dim; i++)
-			s->x[i] += s->o[i];
+		residual(m, s, tp, &L->w_down, s->hg, n);
 	}
 
 	if (!n_out)

@@ -12,10 +12,10 @@
 #include "tierkv.h"
 
 struct gguf_file;
+struct kv_cache;
+struct kv_seg;
 struct tok;
 struct tpool;
-struct kv_seq;
-struct kv_cfg;
 
 struct llama_layer {
 	const float *attn_norm;  /* (dim) */
@@ -45,7 +45,7 @@ struct tkv_model {
 
 /* Activations for a chunk of up to n_batch tokens. */
 struct llama_scratch {
-	uint32_t n_batch, n_ctx, n_threads;
+	uint32_t n_batch, n_threads;
 	float *x;       /* (n_batch, dim) residual stream */
 	float *xb;      /* (n_batch, dim) normed input */
 	float *q;       /* (n_batch, n_head*head_dim) */
@@ -55,39 +55,25 @@ struct llama_scratch {
 	float *o;       /* (n_batch, dim) projected attention / ffn output */
 	float *hg;      /* (n_batch, n_ff) gate */
 	float *hu;      /* (n_batch, n_ff) up */
-	float *logit;   /* (n_threads, group, n_ctx) attention logits/weights, per thread */
-	float *att;     /* (n_threads, n_ctx) attention per slot summed over a group */
-	float *rot;     /* (n_threads, 2, group, head_dim) rotated query / output */
 	uint32_t *rows; /* (n_batch) rows whose logits are wanted */
-	/* cross-layer sharing (kv_seq_append_shared) */
-	float *kb, *vb;       /* (n_batch, n_kv_head*head_dim) the layer below's keys and values */
-	uint8_t *shared;      /* (n_batch, n_kv_head) whether the layer below stored them shared */
-	uint32_t *below_map;  /* (n_threads, n_ctx) kv_stream_pos_map of the layer below */
 	void *work;     /* matmul workspace: n_batch quantized activation rows and
 			 * one weight panel per thread (ops_matmul_work_size) */
 	size_t work_size;
 };
 
 int llama_scratch_init(struct llama_scratch *s, const struct tkv_model *m, uint32_t n_batch,
-		       uint32_t n_ctx, uint32_t n_threads, struct tkv_alloc *a, struct tkv_error *err);
+		       uint32_t n_threads, struct tkv_alloc *a, struct tkv_error *err);
 void llama_scratch_free(struct llama_scratch *s, struct tkv_alloc *a);
 
-/* A run of consecutive rows of a batch that belong to one sequence, at
- * positions pos0, pos0+1, ... */
-struct llama_seg {
-	struct kv_seq *seq;
-	uint32_t row0, n;
-	int32_t pos0;
-};
-
 /* Runs a batch of rows (at most n_batch) through the model: ids[r] is the token
- * of row r; segs say which sequence and position each row has. Keys and values
- * are appended to each sequence's cache (which must have room: kv_seq_reserve)
- * and the slots' scores updated as the policy cfg asks. logits receives
- * n_vocab floats for each of the n_out rows listed in out_rows, in that order. */
-void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp,
-		   const struct kv_cfg *cfg, const int32_t *ids, const struct llama_seg *segs,
-		   uint32_t n_segs, const uint32_t *out_rows, uint32_t n_out, float *logits);
+ * of row r; segs (kv/cache.h) say which sequence and position each row has.
+ * Per layer the rows' keys and values go to the cache (the sequences must
+ * have room: kv_seq_reserve) and their queries attend through it
+ * (kv_cache_store, kv_cache_attend). logits receives n_vocab floats for each
+ * of the n_out rows listed in out_rows, in that order. */
+void llama_forward(const struct tkv_model *m, struct llama_scratch *s, struct tpool *tp, struct kv_cache *kv,
+		   const int32_t *ids, const struct kv_seg *segs, uint32_t n_segs, const uint32_t *out_rows,
+		   uint32_t n_out, float *logits);
 
 const struct tok *llama_tokenizer(const struct tkv_model *m);
 const struct gguf_file *llama_gguf(const struct tkv_model *m);
