@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/compact.h"
 #include "kv/policy.h"
 #include "kv/pool.h"
 #include "kv/seq.h"

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/compact.h"
 #include "kv/pool.h"
 #include "kv/seq.h"
 #include "kv/attn_impl.h"

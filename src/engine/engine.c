@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kv/cache.h"
+#include "kv/compact.h"
 #include "kv/plan.h"
 #include "kv/policy.h"
 #include "kv/pool.h"

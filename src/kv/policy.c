@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/compact.h"
 #include "kv/prefix.h"
 #include "util/alloc.h"
 #include "util/status.h"

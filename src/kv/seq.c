@@ -1,9 +1,9 @@
-/* seq.c - per-sequence page streams: growth, appends and page bookkeeping. */
+/* seq.c - per-sequence page streams: growth, appends and page bookkeeping
+ * (compaction: compact.c; cross-layer sharing: share.c). */
 #include "kv/seq.h"
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "util/alloc.h"
 #include "util/status.h"
@@ -130,7 +130,7 @@ void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt)
 			st->hot_free += st->pages[i]->cap - st->pages[i]->n_used;
 }
 
-static int grow_pages(struct kv_seq *s, struct kv_stream *st, uint32_t want)
+int kv_stream_grow(struct kv_seq *s, struct kv_stream *st, uint32_t want)
 {
 	uint32_t cap = st->cap_pages ? st->cap_pages : 4;
 	struct kv_page **pages;
@@ -149,7 +149,7 @@ static int grow_pages(struct kv_seq *s, struct kv_stream *st, uint32_t want)
 
 int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg)
 {
-	if (grow_pages(s, st, st->n_pages + 1))
+	if (kv_stream_grow(s, st, st->n_pages + 1))
 		return TKV_ERR_NOMEM;
 	st->pages[st->n_pages++] = pg;
 	st->n_tokens += pg->n_used;
@@ -206,325 +206,6 @@ void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
 		else if (st->tail == st->n_pages)
 			st->tail = i;
 	}
-}
-
-/* Compaction's cost, summed over one call. */
-struct compact_cost {
-	uint64_t slots, bytes;
-};
-
-/* The full size of a stream's pages of a format. */
-static uint32_t full_cap(const struct kv_stream *st, uint32_t fmt)
-{
-	return fmt == st->hot_fmt ? st->page_tokens : st->low_cap;
-}
-
-static bool in_group(const struct kv_page *pg, uint32_t fmt, uint32_t rot)
-{
-	return pg->fmt == fmt && (uint32_t)(pg->flags & KV_PAGE_ROT) == rot;
-}
-
-/* Pages whose slots compaction may move: private (not in the prefix tree),
- * partly filled. */
-static int partial(const struct kv_page *pg)
-{
-	return pg->n_used > 0 && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN);
-}
-
-/* Private pages compaction rewrites: partly filled, or under full size. */
-static bool loose(const struct kv_stream *st, const struct kv_page *pg)
-{
-	return pg->n_used > 0 && !(pg->flags & KV_PAGE_FROZEN) &&
-	       (pg->n_used < pg->cap || pg->cap < full_cap(st, pg->fmt));
-}
-
-/* Moves the last m slots of page a to the end of page b (same format and
- * rotation, b has room), in the pages' own (possibly rotated) space. Per-slot
- * formats copy exactly (f16 and q8 rows decode and re-encode to the same
- * bits); packed ones re-pack b with its slots and the new ones (K and V:
- * scratch for b->cap rows) on b's grid where it covers them, as when the
- * policy tops a page up. */
-static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a, struct kv_page *b, uint32_t m,
-		       float *K, float *V)
-{
-	uint32_t d = s->head_dim, na = a->n_used - m, nb = b->n_used;
-
-	if (kv_fmt_packed(b->fmt)) {
-		kv_tier_load_k_slots(b->fmt, b->k, b->cap, d, 0, nb, K);
-		kv_tier_load_v_slots(b->fmt, b->v, b->cap, d, 0, nb, V);
-		kv_tier_load_k_slots(a->fmt, a->k, a->cap, d, na, m, K + (size_t)nb * d);
-		kv_tier_load_v_slots(a->fmt, a->v, a->cap, d, na, m, V + (size_t)nb * d);
-		kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
-	} else {
-		float k[KV_MAX_HEAD_DIM], v[KV_MAX_HEAD_DIM];
-
-		for (uint32_t j = 0; j < m; j++) {
-			kv_tier_load_k(a->fmt, a->k, a->cap, d, na + j, k);
-			kv_tier_load_v(a->fmt, a->v, a->cap, d, na + j, v);
-			kv_tier_store(b->fmt, b->k, b->v, b->cap, d, nb + j, k, v);
-		}
-	}
-	memcpy(b->pos + nb, a->pos + na, m * sizeof *b->pos);
-	memcpy(b->score + nb, a->score + na, m * sizeof *b->score);
-	kv_stream_set_used(s, st, b, nb + m);
-	kv_stream_set_used(s, st, a, na);
-}
-
-/* In-place packing of one group, without new pages: slots of the emptiest
- * partial page move into the fullest partner, so each move empties a page or
- * fills one, until one partial page is left. */
-static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
-{
-	uint32_t d = s->head_dim, cap_max = 0, n_partial = 0;
-	float *K = NULL, *V = NULL;
-	int rc = TKV_OK;
-
-	for (uint32_t i = 0; i < st->n_pages && n_partial < 2; i++)
-		n_partial += in_group(st->pages[i], fmt, rot) && partial(st->pages[i]);
-	if (n_partial < 2)
-		return TKV_OK;
-	if (kv_fmt_packed(fmt)) {
-		for (uint32_t i = 0; i < st->n_pages; i++)
-			if (in_group(st->pages[i], fmt, rot) && partial(st->pages[i]) && st->pages[i]->cap > cap_max)
-				cap_max = st->pages[i]->cap;
-		if (!cap_max)
-			return TKV_OK;
-		K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		if (!K || !V) {
-			rc = TKV_ERR_NOMEM;
-			goto out;
-		}
-	}
-	for (;;) {
-		struct kv_page *a = NULL, *b = NULL;
-		uint32_t m;
-
-		for (uint32_t i = 0; i < st->n_pages; i++) {
-			struct kv_page *pi = st->pages[i];
-
-			if (!in_group(pi, fmt, rot) || !partial(pi))
-				continue;
-			for (uint32_t j = 0; j < st->n_pages; j++) {
-				struct kv_page *pj = st->pages[j];
-
-				if (j == i || !in_group(pj, fmt, rot) || !partial(pj))
-					continue;
-				if (!a || pi->n_used < a->n_used || (pi == a && pj->n_used > b->n_used)) {
-					a = pi;
-					b = pj;
-				}
-			}
-		}
-		if (!a)
-			break;
-		m = a->n_used < b->cap - b->n_used ? a->n_used : b->cap - b->n_used;
-		move_slots(s, st, a, b, m, K, V);
-		cc->slots += m;
-		cc->bytes += kv_page_share(b, m);
-	}
-out:
-	tkv_free(s->alloc, V);
-	tkv_free(s->alloc, K);
-	return rc;
-}
-
-static size_t stream_page_bytes(const struct kv_stream *st)
-{
-	size_t b = 0;
-
-	for (uint32_t i = 0; i < st->n_pages; i++)
-		b += st->pages[i]->bytes;
-	return b;
-}
-
-/* rebuild() found nothing worth rewriting */
-#define KV_SKIP 1
-
-/* Rewrites the loose pages of one group into full-size pages and one
- * right-sized page (see kv_stream_compact). KV_SKIP when not worth it;
- * TKV_ERR_KV_FULL / TKV_ERR_NOMEM when a new page or scratch cannot be had:
- * nothing changed then. */
-static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
-{
-	uint32_t d = s->head_dim, M = full_cap(st, fmt), n_loose = 0, T = 0, n_new, got = 0, t;
-	size_t slack = 0;
-	bool any_partial = false;
-	struct kv_page **fresh = NULL;
-	struct { const struct kv_page *pg; uint32_t first, n; } *src = NULL; /* where slots came from */
-	float *K = NULL, *V = NULL, *score = NULL;
-	int32_t *pos = NULL;
-	int why = TKV_OK;
-
-	for (uint32_t i = 0; i < st->n_pages; i++) {
-		const struct kv_page *pg = st->pages[i];
-
-		if (in_group(pg, fmt, rot) && loose(st, pg)) {
-			n_loose++;
-			T += pg->n_used;
-			any_partial |= pg->n_used < pg->cap;
-			slack += kv_share(pg->bytes, pg->cap - pg->n_used, pg->cap);
-		}
-	}
-	n_new = T / M + (T % M != 0);
-	/* worth it when the empty slots pass a share of what the stream holds,
-	 * or small pages have piled up */
-	if (n_loose == 0 || (!any_partial && n_new >= n_loose) ||
-	    (slack * KV_SLACK_SHARE <= stream_page_bytes(st) && n_loose < KV_UNTIDY_PAGES && T < M))
-		return KV_SKIP;
-	if (grow_pages(s, st, st->n_pages + n_new))
-		return TKV_ERR_NOMEM;
-	fresh = tkv_malloc(s->alloc, n_new * sizeof *fresh);
-	K = tkv_malloc(s->alloc, (size_t)T * d * sizeof(float));
-	V = tkv_malloc(s->alloc, (size_t)T * d * sizeof(float));
-	pos = tkv_malloc(s->alloc, (size_t)T * sizeof *pos);
-	score = tkv_malloc(s->alloc, (size_t)T * sizeof *score);
-	src = tkv_malloc(s->alloc, (size_t)n_loose * sizeof *src);
-	if (!fresh || !K || !V || !pos || !score || !src) {
-		why = TKV_ERR_NOMEM;
-		goto out;
-	}
-	/* the new pages first: the old ones go back once their slots are safe;
-	 * the last one has the room a growing stream's page may have, so the
-	 * next slots land there instead of in a new page to be merged again */
-	for (; got < n_new; got++) {
-		uint32_t cap = got < T / M ? M : kv_stream_tail_cap(s, st, fmt, T % M, M);
-
-		if (!(fresh[got] = kv_pool_get(s->pool, d, fmt, cap, &why)))
-			goto out;
-	}
-	t = 0;
-	n_loose = 0;
-	for (uint32_t i = 0; i < st->n_pages; i++) {
-		struct kv_page *pg = st->pages[i];
-		uint32_t n = pg->n_used;
-
-		if (!in_group(pg, fmt, rot) || !loose(st, pg))
-			continue;
-		/* emptied below, returned only after this call: its grid stays */
-		src[n_loose].pg = pg;
-		src[n_loose].first = t;
-		src[n_loose++].n = n;
-		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K + (size_t)t * d);
-		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V + (size_t)t * d);
-		memcpy(pos + t, pg->pos, n * sizeof *pos);
-		memcpy(score + t, pg->score, n * sizeof *score);
-		t += n;
-		kv_stream_set_used(s, st, pg, 0);
-	}
-	t = 0;
-	for (uint32_t j = 0; j < n_new; j++) {
-		struct kv_page *pg = fresh[j];
-		uint32_t n = pg->cap < T - t ? pg->cap : T - t;
-
-		if (kv_fmt_packed(fmt)) {
-			/* on the grid of the page most of these slots come from, so
-			 * they keep their codes where it covers the others */
-			const struct kv_page *donor = NULL;
-			uint32_t best = 0;
-
-			for (uint32_t i = 0; i < n_loose; i++) {
-				uint32_t lo = src[i].first > t ? src[i].first : t;
-				uint32_t hi = src[i].first + src[i].n < t + n ? src[i].first + src[i].n : t + n;
-
-				if (hi > lo && hi - lo > best) {
-					best = hi - lo;
-					donor = src[i].pg;
-				}
-			}
-			if (donor) {
-				kv_tier_copy_params(fmt, pg->k, pg->v, donor->k, donor->v, d);
-				kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K + (size_t)t * d, V + (size_t)t * d, n);
-			} else {
-				kv_tier_pack(fmt, pg->k, pg->v, pg->cap, d, K + (size_t)t * d, V + (size_t)t * d, n);
-			}
-		} else {
-			for (uint32_t k = 0; k < n; k++)
-				kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, k, K + (size_t)(t + k) * d,
-					      V + (size_t)(t + k) * d);
-		}
-		memcpy(pg->pos, pos + t, n * sizeof *pos);
-		memcpy(pg->score, score + t, n * sizeof *score);
-		/* rewritten: not the pristine page of a prompt chunk any more */
-		pg->flags |= (uint8_t)(rot | KV_PAGE_DIRTY);
-		kv_pool_set_used(s->pool, pg, n);
-		kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
-		cc->bytes += kv_page_share(pg, n);
-		t += n;
-	}
-	cc->slots += T;
-	got = 0;
-	why = TKV_OK;
-out:
-	for (uint32_t j = 0; j < got; j++)
-		kv_pool_put(s->pool, fresh[j]);
-	tkv_free(s->alloc, src);
-	tkv_free(s->alloc, score);
-	tkv_free(s->alloc, pos);
-	tkv_free(s->alloc, V);
-	tkv_free(s->alloc, K);
-	tkv_free(s->alloc, fresh);
-	return why;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
-{
-	struct compact_cost cc = { 0, 0 };
-	uint64_t t0 = now_ns();
-	size_t before = stream_page_bytes(st), after;
-	int rc = TKV_OK;
-
-	/* whether a group is worth rewriting depends on the stream's total,
-	 * which the other groups' rewrites lower: a second pass settles it, so
-	 * a compaction right after another finds nothing to do */
-	for (int pass = 0; pass < 2; pass++) {
-		size_t was = stream_page_bytes(st);
-
-		for (uint32_t fmt = 0; fmt < KV_FMT_ALL; fmt++) {
-			for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
-				bool any = false;
-				int r;
-
-				for (uint32_t i = 0; i < st->n_pages && !any; i++)
-					any = in_group(st->pages[i], fmt, rot) && loose(st, st->pages[i]);
-				if (!any)
-					continue;
-				/* in place first (no new pages, fewest slots moved), then
-				 * what is left is rewritten if it is worth it */
-				if (pack_in_place(s, st, fmt, rot, &cc))
-					rc = TKV_ERR_NOMEM;
-				r = rebuild(s, st, fmt, rot, &cc);
-				if (r == TKV_ERR_NOMEM)
-					rc = TKV_ERR_NOMEM;
-			}
-		}
-		kv_stream_drop_empty(s, st);
-		if (stream_page_bytes(st) == was)
-			break;
-	}
-	st->n_small = st->small_slots = 0;
-	for (uint32_t i = 0; i < st->n_pages; i++)
-		if (st->pages[i]->cap < full_cap(st, st->pages[i]->fmt) && !(st->pages[i]->flags & KV_PAGE_FROZEN)) {
-			st->n_small++;
-			st->small_slots += st->pages[i]->cap;
-		}
-	after = stream_page_bytes(st);
-	if (cc.slots)
-		kv_pool_note_compact(s->pool, cc.slots, cc.bytes, now_ns() - t0, before > after ? before - after : 0);
-	return rc;
-}
-
-bool kv_stream_untidy(const struct kv_stream *st)
-{
-	return st->n_small >= KV_UNTIDY_PAGES || (st->n_small >= 2 && st->small_slots >= st->page_tokens);
 }
 
 uint32_t kv_stream_tail_cap(const struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t need,
@@ -591,7 +272,7 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 		uint32_t n_full, tail;
 
 		grow_plan(s, st, n_new, &n_full, &tail);
-		if (grow_pages(s, st, st->n_pages + n_full + (tail != 0)))
+		if (kv_stream_grow(s, st, st->n_pages + n_full + (tail != 0)))
 			return tkv_errf(err, TKV_ERR_NOMEM, "out of memory growing a KV stream");
 	}
 	need_bytes = kv_seq_reserve_bytes(s, n_new);
