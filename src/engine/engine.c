@@ -5,49 +5,18 @@
  * mark; the cache reserves room in every stream (all or nothing); the forward
  * pass fills it; then each stream's policy brings it back within its budget.
  * A chunk that cannot get room fails before any state changes, so the sequence
- * stays usable. */
-#include <math.h>
+ * stays usable. Caps, the governor and the AUTO plan's choice: governor.c. */
 #include <string.h>
 
+#include "engine/engine_impl.h"
 #include "kv/cache.h"
-#include "kv/compact.h"
 #include "kv/plan.h"
-#include "kv/policy.h"
 #include "kv/pool.h"
 #include "kv/prefix.h"
 #include "kv/seq.h"
-#include "model/llama.h"
 #include "util/alloc.h"
 #include "util/status.h"
 #include "util/tpool.h"
-
-struct tkv_engine {
-	struct tkv_alloc *alloc;
-	struct tkv_model *model;
-	struct tkv_engine_params params;
-	struct kv_cfg cfg;
-	struct kv_pool *pool;
-	struct kv_prefix *prefix;  /* NULL when prefix sharing is off */
-	struct tpool *tp;
-	struct llama_scratch scratch;
-	struct kv_cache *cache;   /* the forward pass's seam to the KV cache */
-	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
-	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
-	uint32_t n_seqs;
-	uint64_t gov_runs;
-	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
-};
-
-struct tkv_seq {
-	struct tkv_engine *e;
-	struct kv_seq *kv;
-	struct tkv_seq *prev, *next;
-	uint32_t n_past;
-	bool plan_pending;   /* AUTO layer plan not chosen yet */
-	float *plan_ent;     /* (n_layer) AUTO: entropies the plan was chosen from, or NULL */
-	size_t budget;       /* per-sequence K+V cap (0 = none) */
-	size_t gov_budget;   /* cap set by the governor (0 = none) */
-};
 
 struct tkv_engine_params tkv_engine_default_params(void)
 {
@@ -404,122 +373,6 @@ void tkv_seq_set_budget(struct tkv_seq *s, size_t bytes)
 	s->budget = bytes;
 }
 
-/* The cap a sequence's streams are held to now. The governor's floor follows
- * the sequence as it grows: a cap set when it was shorter never holds it below
- * gov_floor of its full f16 cache now (past that the pool refuses, and the
- * caller preempts). */
-static size_t seq_cap(const struct tkv_seq *s)
-{
-	size_t gov = s->gov_budget;
-
-	if (gov) {
-		double floor_b = (double)s->e->params.kv.gov_floor * (double)s->n_past *
-				 (double)tkv_model_kv_bytes_per_token(s->e->model);
-
-		if ((double)gov < floor_b)
-			gov = (size_t)floor_b;
-	}
-	if (s->budget && gov)
-		return s->budget < gov ? s->budget : gov;
-	return s->budget ? s->budget : gov;
-}
-
-struct maint_job {
-	struct tkv_engine *e;
-	struct tkv_seq *s;
-	bool policy;  /* the policy has work (a cap, or it always acts) */
-	atomic_int status;   /* the first failure: the workers write it concurrently */
-};
-
-static void maint_worker(void *ctx, int ith, int nth)
-{
-	struct maint_job *j = ctx;
-	struct kv_seq *kv = j->s->kv;
-	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
-
-	for (size_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
-		int st = j->policy ? kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]) : TKV_OK, ok = TKV_OK;
-
-		/* a growing stream's small pages are merged once there are a few */
-		if (!st && kv_stream_untidy(&kv->streams[i]))
-			st = kv_stream_compact(kv, &kv->streams[i]);
-		/* relaxed: tpool_run's wait for the workers orders it before the read */
-		if (st)
-			atomic_compare_exchange_strong_explicit(&j->status, &ok, st, memory_order_relaxed,
-								memory_order_relaxed);
-	}
-}
-
-/* Applies the sequence's cap to its streams and lets the policy enforce it. */
-static int seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
-{
-	struct maint_job j = { e, s, false, TKV_OK };
-	size_t n = (size_t)s->kv->n_layer * s->kv->n_kv_head;
-	bool tidy = false;
-
-	if (e->cfg.evicts) {
-		kv_policy_split_budget(&e->cfg, s->kv, seq_cap(s));
-		j.policy = seq_cap(s) != 0 || e->cfg.always;
-	}
-	for (size_t i = 0; i < n && !tidy; i++)
-		tidy = kv_stream_untidy(&s->kv->streams[i]);
-	if (!j.policy && !tidy)
-		return TKV_OK;
-	tpool_run(e->tp, maint_worker, &j);
-	return atomic_load_explicit(&j.status, memory_order_relaxed);
-}
-
-/* The memory governor: when the pool would pass gov_high of --kv-mem, every
- * live sequence's cap is lowered in proportion so that the pool comes back to
- * gov_low; each policy then evicts its least important cold slots first and
- * shrinks warm before touching hot. */
-static int govern(struct tkv_engine *e, size_t need)
-{
-	struct kv_pool_stats ps;
-	double target, factor;
-	size_t budget = kv_pool_budget(e->pool);
-
-	if (!budget)
-		return TKV_OK;
-	kv_pool_stats(e->pool, &ps);
-	if ((double)(ps.allocated + need) <= e->params.kv.gov_high * (double)budget)
-		return TKV_OK;
-	/* first drop cached prefixes nobody uses */
-	if (e->prefix) {
-		double over = (double)(ps.allocated + need) - e->params.kv.gov_low * (double)budget;
-
-		if (over > 0 && kv_prefix_shrink(e->prefix, (size_t)over)) {
-			kv_pool_stats(e->pool, &ps);
-			if ((double)(ps.allocated + need) <= e->params.kv.gov_high * (double)budget)
-				return TKV_OK;
-		}
-	}
-	if (!e->cfg.evicts)
-		return TKV_OK;
-	target = e->params.kv.gov_low * (double)budget - (double)need;
-	if (target < 0)
-		target = 0;
-	factor = ps.allocated ? target / (double)ps.allocated : 0.0;
-	if (factor >= 1.0)
-		return TKV_OK;
-	e->gov_runs++;
-	for (struct tkv_seq *s = e->seqs; s; s = s->next) {
-		struct tkv_kv_stats ks;
-		int st;
-
-		double floor_b = (double)e->params.kv.gov_floor * (double)s->n_past *
-				 (double)tkv_model_kv_bytes_per_token(e->model);
-
-		tkv_seq_kv_stats(s, &ks);
-		s->gov_budget = (size_t)fmax((double)ks.kv_bytes * factor, floor_b);
-		if (s->gov_budget == 0)
-			s->gov_budget = 1;
-		if ((st = seq_maintain(e, s)))
-			return st;
-	}
-	return TKV_OK;
-}
-
 static int check_tokens(const struct tkv_engine *e, const struct tkv_seq *s, const int32_t *ids, size_t n,
 			struct tkv_error *err);
 
@@ -577,21 +430,6 @@ static int check_tokens(const struct tkv_engine *e, const struct tkv_seq *s, con
 	return TKV_OK;
 }
 
-/* An AUTO layer plan from the entropy measured so far (plan.h). */
-static void choose_plan(struct tkv_engine *e, struct tkv_seq *s)
-{
-	struct tkv_kv_layer_plan *lp = tkv_malloc(e->alloc, sizeof *lp);
-
-	if (!lp)
-		return; /* no scratch: try again after the next chunk */
-	kv_plan_auto(s->kv, e->cfg.group, e->params.page_tokens, lp);
-	kv_plan_apply(s->kv, lp);
-	memcpy(s->plan_ent, lp->entropy, s->kv->n_layer * sizeof *s->plan_ent);
-	tkv_free(e->alloc, lp);
-	s->plan_pending = false;
-	s->kv->measure_entropy = false;
-}
-
 /* After a forward pass: positions advance, then the policy restores the budget. */
 static int advance(struct tkv_engine *e, struct tkv_seq *s, uint32_t c, struct tkv_error *err)
 {
@@ -600,8 +438,8 @@ static int advance(struct tkv_engine *e, struct tkv_seq *s, uint32_t c, struct t
 	s->n_past += c;
 	s->kv->n_pos = (int32_t)s->n_past;
 	if (s->plan_pending && s->n_past >= TKV_PLAN_AUTO_TOKENS)
-		choose_plan(e, s);
-	if ((st = seq_maintain(e, s)))
+		gov_choose_plan(e, s);
+	if ((st = gov_seq_maintain(e, s)))
 		return tkv_errf(err, st, "out of memory while applying the KV policy");
 	return TKV_OK;
 }
@@ -623,7 +461,7 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 		uint32_t n_out = 0;
 		float *lg = NULL;
 
-		if ((st = govern(e, need_bytes(s, c))))
+		if ((st = gov_make_room(e, need_bytes(s, c))))
 			return tkv_errf(err, st, "out of memory while making room in the KV cache");
 		if ((st = kv_seq_reserve(s->kv, c, err)))
 			return st;
@@ -688,7 +526,7 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 		}
 		if (n_segs == 0)
 			break;
-		if ((st = govern(e, need))) {
+		if ((st = gov_make_room(e, need))) {
 			first = first ? first : tkv_errf(err, st, "out of memory while making room in the KV cache");
 			abort_st = st;
 			goto out;

@@ -1,0 +1,66 @@
+/* engine_impl.h - the engine's and a sequence's state, shared by engine.c
+ * (engines, sequences, chunked decode, batch steps) and governor.c (caps,
+ * the memory governor, the AUTO layer plan's choice). */
+#ifndef TKV_ENGINE_IMPL_H
+#define TKV_ENGINE_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/policy.h"
+#include "model/llama.h"
+#include "tierkv.h"
+
+struct kv_cache;
+struct kv_pool;
+struct kv_prefix;
+struct kv_seq;
+struct tpool;
+
+struct tkv_engine {
+	struct tkv_alloc *alloc;
+	struct tkv_model *model;
+	struct tkv_engine_params params;
+	struct kv_cfg cfg;
+	struct kv_pool *pool;
+	struct kv_prefix *prefix;  /* NULL when prefix sharing is off */
+	struct tpool *tp;
+	struct llama_scratch scratch;
+	struct kv_cache *cache;   /* the forward pass's seam to the KV cache */
+	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
+	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
+	uint32_t n_seqs;
+	uint64_t gov_runs;
+	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
+};
+
+struct tkv_seq {
+	struct tkv_engine *e;
+	struct kv_seq *kv;
+	struct tkv_seq *prev, *next;
+	uint32_t n_past;
+	bool plan_pending;   /* AUTO layer plan not chosen yet */
+	float *plan_ent;     /* (n_layer) AUTO: entropies the plan was chosen from, or NULL */
+	size_t budget;       /* per-sequence K+V cap (0 = none) */
+	size_t gov_budget;   /* cap set by the governor (0 = none) */
+};
+
+/* governor.c */
+
+/* Applies the sequence's cap (its own, or the governor's, never below the
+ * floor) to its streams, and lets the policy enforce it; compacts streams
+ * whose small pages have piled up. TKV_ERR_NOMEM as kv_policy_maintain. */
+int gov_seq_maintain(struct tkv_engine *e, struct tkv_seq *s);
+/* The memory governor, before a forward pass that needs `need` bytes of new
+ * pages: when the pool would pass gov_high of --kv-mem, unused shared
+ * prefixes go first, then every live sequence's cap is lowered in
+ * proportion so that the pool comes back to gov_low, and each policy
+ * enforces it (gov_seq_maintain). */
+int gov_make_room(struct tkv_engine *e, size_t need);
+/* Chooses a sequence's AUTO layer plan from the entropy measured so far
+ * (plan.h) and applies it; without scratch it tries again after the next
+ * chunk. */
+void gov_choose_plan(struct tkv_engine *e, struct tkv_seq *s);
+
+#endif
