@@ -1,4 +1,5 @@
-/* policy.c - cache policies: scores, budgets and maintenance of streams. */
+/* policy.c - cache policies: the table of their knobs, scores, budgets and
+ * maintenance of streams. */
 #include "kv/policy.h"
 
 #include <math.h>
@@ -12,29 +13,49 @@
 
 /* ---- names and params ---------------------------------------------------- */
 
-static const char *const policy_names[TKV_POLICY_COUNT] = {
-	[TKV_POLICY_FULL] = "full",
-	[TKV_POLICY_WINDOW] = "window",
-	[TKV_POLICY_H2O] = "h2o",
-	[TKV_POLICY_SNAPKV] = "snapkv",
-	[TKV_POLICY_TOVA] = "tova",
-	[TKV_POLICY_ATTN_THRESHOLD] = "attn-threshold",
-	[TKV_POLICY_SEMANTIC] = "semantic",
-	[TKV_POLICY_STREAMING] = "streaming",
-	[TKV_POLICY_KIVI] = "kivi",
-	[TKV_POLICY_TIERED] = "tiered",
-	[TKV_POLICY_ADAPTIVE] = "adaptive",
+/* Which tiers a policy keeps its slots in. */
+enum kv_tiers {
+	KV_TIERS_HOT = 0,   /* one, at full precision */
+	KV_TIERS_COLD,      /* one, at the cold format (kivi) */
+	KV_TIERS_LADDER,    /* hot, warm and cold at --kv-hot / --kv-warm shares */
+};
+
+/* Every policy is a row of knobs for the one machine in this file. */
+static const struct kv_policy_row {
+	const char *name;
+	enum kv_score_mode score;  /* what a slot's score takes from the attention it gets */
+	enum kv_prio prio;         /* how maintenance ranks slots */
+	enum kv_tiers tiers;
+	bool evicts;               /* enforces a budget (full: never) */
+	bool always;               /* acts within the budget too */
+	bool drop_below;           /* drops slots under threshold x their fair share */
+	bool adaptive;             /* budgets by effective span (exp entropy) */
+	uint32_t obs_window;       /* SnapKV: only the last queries of a chunk vote; 0 = all */
+} policies[TKV_POLICY_COUNT] = {
+	[TKV_POLICY_FULL] = { "full", KV_SCORE_NONE, KV_PRIO_MEAN, KV_TIERS_HOT, .evicts = false },
+	[TKV_POLICY_WINDOW] = { "window", KV_SCORE_NONE, KV_PRIO_POS, KV_TIERS_HOT, .evicts = true },
+	[TKV_POLICY_H2O] = { "h2o", KV_SCORE_ACC, KV_PRIO_ACC, KV_TIERS_HOT, .evicts = true },
+	[TKV_POLICY_SNAPKV] = { "snapkv", KV_SCORE_ACC, KV_PRIO_ACC, KV_TIERS_HOT, .evicts = true, .obs_window = 16 },
+	[TKV_POLICY_TOVA] = { "tova", KV_SCORE_LAST, KV_PRIO_LAST, KV_TIERS_HOT, .evicts = true },
+	[TKV_POLICY_ATTN_THRESHOLD] = { "attn-threshold", KV_SCORE_ACC, KV_PRIO_MEAN, KV_TIERS_HOT, .evicts = true,
+					.always = true, .drop_below = true },
+	[TKV_POLICY_SEMANTIC] = { "semantic", KV_SCORE_NONE, KV_PRIO_SEMANTIC, KV_TIERS_HOT, .evicts = true },
+	[TKV_POLICY_STREAMING] = { "streaming", KV_SCORE_ACC, KV_PRIO_MEAN, KV_TIERS_HOT, .evicts = true },
+	[TKV_POLICY_KIVI] = { "kivi", KV_SCORE_ACC, KV_PRIO_MEAN, KV_TIERS_COLD, .evicts = true, .always = true },
+	[TKV_POLICY_TIERED] = { "tiered", KV_SCORE_ACC, KV_PRIO_MEAN_SEM, KV_TIERS_LADDER, .evicts = true },
+	[TKV_POLICY_ADAPTIVE] = { "adaptive", KV_SCORE_ACC, KV_PRIO_MEAN_SEM, KV_TIERS_LADDER, .evicts = true,
+				  .adaptive = true },
 };
 
 const char *tkv_policy_name(enum tkv_policy p)
 {
-	return (unsigned)p < TKV_POLICY_COUNT ? policy_names[p] : "?";
+	return (unsigned)p < TKV_POLICY_COUNT ? policies[p].name : "?";
 }
 
 int tkv_policy_parse(const char *name)
 {
 	for (int i = 0; i < TKV_POLICY_COUNT; i++)
-		if (!strcmp(name, policy_names[i]))
+		if (!strcmp(name, policies[i].name))
 			return i;
 	return -1;
 }
@@ -101,6 +122,8 @@ int tkv_kv_preset(struct tkv_kv_policy_params *p, const char *name)
 int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t head_dim,
 		uint32_t group, uint32_t hot_fmt, uint32_t page_tokens, struct tkv_error *err)
 {
+	const struct kv_policy_row *row;
+
 	memset(c, 0, sizeof *c);
 	if ((unsigned)p->policy >= TKV_POLICY_COUNT)
 		return tkv_errf(err, TKV_ERR_ARG, "unknown KV policy %d", (int)p->policy);
@@ -130,7 +153,15 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 	c->share_cos = p->share_cos;
 	c->share_from = p->share_from;
 
+	row = &policies[p->policy];
 	c->policy = p->policy;
+	c->score = row->score;
+	c->prio = row->prio;
+	c->evicts = row->evicts;
+	c->always = row->always;
+	c->drop_below = row->drop_below;
+	c->adaptive = row->adaptive;
+	c->obs_window = row->obs_window;
 	c->n_sink = p->n_sink;
 	c->n_window = p->n_window ? p->n_window : 1;
 	c->hot_fmt = hot_fmt;
@@ -145,62 +176,17 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 	c->semantic_weight = p->semantic_weight;
 	c->recency_weight = p->recency_weight;
 	c->seq_budget = p->seq_budget;
-	c->evicts = true;
 	c->n_tiers = 1;
 	c->tier_frac[0] = 1.0f;
-	c->tier_fmt[0] = hot_fmt;
-	c->score = KV_SCORE_ACC;
-	c->prio = KV_PRIO_MEAN;
-
-	switch (p->policy) {
-	case TKV_POLICY_FULL:
-		c->evicts = false;
-		c->score = KV_SCORE_NONE;
-		break;
-	case TKV_POLICY_WINDOW:
-		c->score = KV_SCORE_NONE;
-		c->prio = KV_PRIO_POS;
-		break;
-	case TKV_POLICY_H2O:
-		c->prio = KV_PRIO_ACC;
-		break;
-	case TKV_POLICY_SNAPKV:
-		c->prio = KV_PRIO_ACC;
-		c->obs_window = 16;
-		break;
-	case TKV_POLICY_TOVA:
-		c->score = KV_SCORE_LAST;
-		c->prio = KV_PRIO_LAST;
-		break;
-	case TKV_POLICY_ATTN_THRESHOLD:
-		c->always = true;
-		break;
-	case TKV_POLICY_STREAMING:
-		break;
-	case TKV_POLICY_SEMANTIC:
-		c->score = KV_SCORE_NONE;
-		c->prio = KV_PRIO_SEMANTIC;
-		break;
-	case TKV_POLICY_KIVI:
-		c->tier_fmt[0] = p->cold_fmt;
-		c->always = true;
-		break;
-	case TKV_POLICY_ADAPTIVE:
-		c->adaptive = true;
-		/* fall through */
-	case TKV_POLICY_TIERED:
-		c->prio = KV_PRIO_MEAN_SEM;
+	c->tier_fmt[0] = row->tiers == KV_TIERS_COLD ? p->cold_fmt : hot_fmt;
+	if (row->tiers == KV_TIERS_LADDER) {
 		c->n_tiers = 3;
 		c->tier_frac[0] = p->hot_ratio;
 		c->tier_frac[1] = p->warm_ratio;
 		c->tier_frac[2] = 1.0f - p->hot_ratio - p->warm_ratio;
-		c->tier_fmt[0] = hot_fmt;
 		c->tier_fmt[1] = p->warm_fmt;
 		c->tier_fmt[2] = p->cold_fmt;
 		c->tight_q8 = p->tight_q8 != 0;
-		break;
-	default:
-		break;
 	}
 	return TKV_OK;
 }
@@ -774,163 +760,195 @@ static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, stru
 	return moved;
 }
 
-/* One round: rank, choose tiers for a target of `target` K+V bytes, apply. */
-static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, double target)
+/* One maintenance round's work. */
+struct round {
+	struct cand *cand;       /* [n_cand] the unprotected slots, best first once ranked */
+	struct cand **by_pos;    /* candidates that stay, by position (completion) */
+	uint32_t n_cand;
+	uint32_t n_keep;         /* ranks kept; the rest are evicted */
+	uint32_t n_window;       /* recent positions protected this round */
+	double prot_bytes;       /* what the protected slots cost */
+	struct moved *mv;        /* [n_mv] slots changing tier, lifted out in model space */
+	uint32_t n_mv;
+	float *buf;              /* (n_mv, 2, d) their keys and values */
+	float *K, *V;            /* (page cap, d) scratch for land() */
+	uint32_t *rm;            /* [n_cand] ranks leaving their pages */
+	bool no_compact;         /* scratch failed before anything moved: stop there */
+};
+
+static void round_free(struct kv_seq *s, struct round *r)
 {
-	uint32_t d = s->head_dim, n_cand = 0, n_keep, n_prot = 0, n_mv = 0, n_by_pos = 0;
-	double prot_bytes = 0.0, cost[KV_MAX_TIERS], room;
-	struct cand *cand = NULL, **by_pos = NULL;
-	struct moved *mv = NULL;
-	float *buf = NULL, *K = NULL, *V = NULL;
-	uint32_t *rm = NULL;
-	uint32_t n_tok = st->n_tokens, hi, n_window = c->n_window, bounds[KV_MAX_TIERS];
-	int st_ = TKV_OK;
+	tkv_free(s->alloc, r->rm);
+	tkv_free(s->alloc, r->V);
+	tkv_free(s->alloc, r->K);
+	tkv_free(s->alloc, r->buf);
+	tkv_free(s->alloc, r->mv);
+	tkv_free(s->alloc, r->by_pos);
+	tkv_free(s->alloc, r->cand);
+}
 
-	if (n_tok == 0)
-		return TKV_OK;
-	cand = tkv_malloc(s->alloc, (size_t)n_tok * sizeof *cand);
-	by_pos = tkv_malloc(s->alloc, (size_t)n_tok * sizeof *by_pos);
-	if (!cand || !by_pos) {
-		st_ = TKV_ERR_NOMEM;
-		goto out;
-	}
-	for (uint32_t t = 0; t < c->n_tiers; t++)
-		cost[t] = slot_cost(tier_fmt(c, st, t), fmt_cap(st, tier_fmt(c, st, t)), d);
+/* Phase 1, rank: every slot outside the sinks and the recent window is a
+ * candidate, by priority (protected ones more precise than a tight
+ * stream's hot format are counted at it: convert_protected moves them there
+ * after the round). */
+static int rank(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, double target, struct round *r)
+{
+	uint32_t d = s->head_dim;
 
-	if (isfinite(target))
-		n_window = window_of(c, st->hot_fmt, st->page_tokens, st->budget, d);
-	/* candidates: every slot outside the sinks and the recent window
-	 * (protected ones more precise than a tight stream's hot format are
-	 * counted at it: convert_protected moves them there after the round) */
+	r->cand = tkv_malloc(s->alloc, (size_t)st->n_tokens * sizeof *r->cand);
+	r->by_pos = tkv_malloc(s->alloc, (size_t)st->n_tokens * sizeof *r->by_pos);
+	if (!r->cand || !r->by_pos)
+		return TKV_ERR_NOMEM;
+	r->n_window = isfinite(target) ? window_of(c, st->hot_fmt, st->page_tokens, st->budget, d) : c->n_window;
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
 		bool conv = pg->fmt < st->hot_fmt && !(pg->flags & KV_PAGE_FROZEN);
 
 		for (uint32_t j = 0; j < pg->n_used; j++) {
-			int32_t pos = pg->pos[j];
+			struct cand *k = &r->cand[r->n_cand];
 
-			if (protected_pos(c, s, pos, n_window) || (pg->flags & KV_PAGE_FROZEN)) {
-				n_prot++;
-				prot_bytes += conv ? slot_cost(st->hot_fmt, fmt_cap(st, st->hot_fmt), d)
-						   : slot_cost(pg->fmt, pg->cap, d);
+			if (protected_pos(c, s, pg->pos[j], r->n_window) || (pg->flags & KV_PAGE_FROZEN)) {
+				r->prot_bytes += conv ? slot_cost(st->hot_fmt, fmt_cap(st, st->hot_fmt), d)
+						      : slot_cost(pg->fmt, pg->cap, d);
 				continue;
 			}
-			cand[n_cand].prio = priority(c, s, st, pg, j);
-			cand[n_cand].page = p;
-			cand[n_cand].slot = j;
-			cand[n_cand].pos = pos;
-			cand[n_cand].fmt = pg->fmt;
-			n_cand++;
+			k->prio = priority(c, s, st, pg, j);
+			k->page = p;
+			k->slot = j;
+			k->pos = pg->pos[j];
+			k->fmt = pg->fmt;
+			r->n_cand++;
 		}
 	}
-	if (n_cand == 0)
-		goto convert;
-	qsort(cand, n_cand, sizeof *cand, cmp_prio_desc);
+	qsort(r->cand, r->n_cand, sizeof *r->cand, cmp_prio_desc);
+	return TKV_OK;
+}
 
+/* Phase 2, choose: the tier of every rank for a target of `target` K+V
+ * bytes, as a ladder over the tiers (plan); counts the slots that move. */
+static void choose(const struct kv_cfg *c, const struct kv_seq *s, const struct kv_stream *st, double target,
+		   struct round *r)
+{
+	double cost[KV_MAX_TIERS];
+	uint32_t hi = r->n_cand, bounds[KV_MAX_TIERS];
+
+	for (uint32_t t = 0; t < c->n_tiers; t++)
+		cost[t] = slot_cost(tier_fmt(c, st, t), fmt_cap(st, tier_fmt(c, st, t)), s->head_dim);
 	/* attn-threshold: slots under threshold x their fair share go regardless */
-	hi = n_cand;
-	if (c->policy == TKV_POLICY_ATTN_THRESHOLD) {
-		float fair = (float)c->group / (float)n_tok;
+	if (c->drop_below) {
+		float fair = (float)c->group / (float)st->n_tokens;
 
-		while (hi > 0 && cand[hi - 1].prio < c->threshold * fair)
+		while (hi > 0 && r->cand[hi - 1].prio < c->threshold * fair)
 			hi--;
 	}
-	/* what the budget pays for, as a ladder over the tiers */
-	room = target - prot_bytes;
-	plan(c, cost, hi, room, bounds);
-	n_keep = bounds[c->n_tiers - 1];
-
-	for (uint32_t r = 0; r < n_cand; r++) {
-		uint8_t t = tier_of_rank(c, bounds, r);
+	plan(c, cost, hi, target - r->prot_bytes, bounds);
+	r->n_keep = bounds[c->n_tiers - 1];
+	for (uint32_t i = 0; i < r->n_cand; i++) {
+		struct cand *k = &r->cand[i];
+		uint8_t t = tier_of_rank(c, bounds, i);
 
 		/* formats are numbered from most to least precise; a slot already
 		 * stored at or below its tier's precision stays: never promote */
-		cand[r].target = t;
-		cand[r].stay = t != KV_EVICT && tier_fmt(c, st, t) <= cand[r].fmt;
-		if (t != KV_EVICT && !cand[r].stay)
-			n_mv++;
+		k->target = t;
+		k->stay = t != KV_EVICT && tier_fmt(c, st, t) <= k->fmt;
+		if (t != KV_EVICT && !k->stay)
+			r->n_mv++;
 	}
+}
 
-	/* semantic completion before anything moves: merge into staying neighbours */
-	if (c->completion) {
-		for (uint32_t r = 0; r < n_cand; r++) {
-			const struct kv_page *pg = st->pages[cand[r].page];
+/* Phase 3, semantic completion, before anything moves: each evicted slot's
+ * value merges into a staying neighbour. */
+static void complete_evicted(struct kv_seq *s, struct kv_stream *st, struct round *r)
+{
+	uint32_t n_by_pos = 0;
 
-			(void)pg;
-			if (cand[r].stay)
-				by_pos[n_by_pos++] = &cand[r];
-		}
-		qsort(by_pos, n_by_pos, sizeof *by_pos, cmp_pos);
-		for (uint32_t r = n_keep; r < n_cand; r++)
-			if (cand[r].target == KV_EVICT)
-				complete(s, st, &cand[r], by_pos, n_by_pos);
+	for (uint32_t i = 0; i < r->n_cand; i++)
+		if (r->cand[i].stay)
+			r->by_pos[n_by_pos++] = &r->cand[i];
+	qsort(r->by_pos, n_by_pos, sizeof *r->by_pos, cmp_pos);
+	for (uint32_t i = r->n_keep; i < r->n_cand; i++)
+		if (r->cand[i].target == KV_EVICT)
+			complete(s, st, &r->cand[i], r->by_pos, n_by_pos);
+}
+
+/* Phase 4, lift: the moving slots' keys and values, in model space. */
+static int lift_moving(struct kv_seq *s, const struct kv_stream *st, struct round *r)
+{
+	uint32_t d = s->head_dim, cap_max = st->low_cap > st->page_tokens ? st->low_cap : st->page_tokens, n = 0;
+
+	if (!r->n_mv)
+		return TKV_OK;
+	r->mv = tkv_malloc(s->alloc, (size_t)r->n_mv * sizeof *r->mv);
+	r->buf = tkv_malloc(s->alloc, (size_t)r->n_mv * 2 * d * sizeof(float));
+	r->K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+	r->V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+	if (!r->mv || !r->buf || !r->K || !r->V)
+		return TKV_ERR_NOMEM;
+	for (uint32_t i = 0; i < r->n_cand; i++) {
+		const struct cand *k = &r->cand[i];
+		const struct kv_page *pg = st->pages[k->page];
+		struct moved *m = &r->mv[n];
+
+		if (k->target == KV_EVICT || k->stay)
+			continue;
+		m->k = r->buf + (size_t)n * 2 * d;
+		m->v = m->k + d;
+		kv_page_load_k(pg, k->slot, m->k);
+		kv_page_load_v(pg, k->slot, m->v);
+		m->pos = k->pos;
+		m->score = pg->score[k->slot];
+		m->target = k->target;
+		n++;
 	}
+	r->n_mv = n;
+	return TKV_OK;
+}
 
-	/* lift the moving slots out, in model space */
-	if (n_mv) {
-		uint32_t cap_max = st->low_cap > st->page_tokens ? st->low_cap : st->page_tokens;
+/* Phase 5, remove: moved and evicted slots leave their pages, page by page
+ * from the highest slot down (a removal moves the page's last slot in). */
+static int remove_leaving(struct kv_seq *s, struct kv_stream *st, struct round *r)
+{
+	const struct cand *cand = r->cand;
+	uint32_t n_rm = 0;
 
-		mv = tkv_malloc(s->alloc, (size_t)n_mv * sizeof *mv);
-		buf = tkv_malloc(s->alloc, (size_t)n_mv * 2 * d * sizeof(float));
-		K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		if (!mv || !buf || !K || !V) {
-			st_ = TKV_ERR_NOMEM;
-			goto out;
-		}
-		n_mv = 0;
-		for (uint32_t r = 0; r < n_cand; r++) {
-			const struct kv_page *pg = st->pages[cand[r].page];
-			struct moved *m;
-
-			if (cand[r].target == KV_EVICT || cand[r].stay)
-				continue;
-			m = &mv[n_mv];
-			m->k = buf + (size_t)n_mv * 2 * d;
-			m->v = m->k + d;
-			kv_page_load_k(pg, cand[r].slot, m->k);
-			kv_page_load_v(pg, cand[r].slot, m->v);
-			m->pos = cand[r].pos;
-			m->score = pg->score[cand[r].slot];
-			m->target = cand[r].target;
-			n_mv++;
-		}
+	r->rm = tkv_malloc(s->alloc, (size_t)r->n_cand * sizeof *r->rm);
+	if (!r->rm)
+		return TKV_ERR_NOMEM;
+	for (uint32_t i = 0; i < r->n_cand; i++) {
+		if (cand[i].stay)
+			continue;
+		if (cand[i].target == KV_EVICT)
+			st->evicted++;
+		else
+			st->demoted++;
+		r->rm[n_rm++] = i;
 	}
+	/* order (page asc, slot desc) so each removal leaves the others valid */
+	for (uint32_t i = 1; i < n_rm; i++) {
+		uint32_t x = r->rm[i], j = i;
 
-	/* remove moved and evicted slots, page by page from the highest slot down */
-	rm = tkv_malloc(s->alloc, (size_t)n_cand * sizeof *rm);
-	if (!rm) {
-		st_ = TKV_ERR_NOMEM;
-		goto out;
-	}
-	{
-		uint32_t n_rm = 0;
-
-		for (uint32_t r = 0; r < n_cand; r++) {
-			if (cand[r].stay)
-				continue;
-			if (cand[r].target == KV_EVICT)
-				st->evicted++;
-			else
-				st->demoted++;
-			rm[n_rm++] = r;
+		while (j > 0 && (cand[r->rm[j - 1]].page > cand[x].page ||
+				 (cand[r->rm[j - 1]].page == cand[x].page && cand[r->rm[j - 1]].slot < cand[x].slot))) {
+			r->rm[j] = r->rm[j - 1];
+			j--;
 		}
-		/* order (page asc, slot desc) so each removal leaves the others valid */
-		for (uint32_t i = 1; i < n_rm; i++) {
-			uint32_t x = rm[i], j = i;
-
-			while (j > 0 && (cand[rm[j - 1]].page > cand[x].page ||
-					 (cand[rm[j - 1]].page == cand[x].page && cand[rm[j - 1]].slot < cand[x].slot))) {
-				rm[j] = rm[j - 1];
-				j--;
-			}
-			rm[j] = x;
-		}
-		for (uint32_t i = 0; i < n_rm; i++)
-			kv_stream_remove_slot(s, st, cand[rm[i]].page, cand[rm[i]].slot);
+		r->rm[j] = x;
 	}
-	/* land the moved slots in their new tiers, then free empty pages */
-	for (uint32_t t = 0; t < c->n_tiers && st_ == TKV_OK && n_mv; t++) {
+	for (uint32_t i = 0; i < n_rm; i++)
+		kv_stream_remove_slot(s, st, cand[r->rm[i]].page, cand[r->rm[i]].slot);
+	return TKV_OK;
+}
+
+/* Phase 6, land: the moved slots go into pages of their new tiers, tier by
+ * tier. A failed landing leaves the later tiers' slots nowhere: they are
+ * gone (counted as evicted). */
+static int land_moved(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, struct round *r)
+{
+	struct moved *mv = r->mv;
+	uint32_t n_mv = r->n_mv;
+	int rc = TKV_OK;
+
+	for (uint32_t t = 0; t < c->n_tiers && rc == TKV_OK && n_mv; t++) {
 		uint32_t n = 0;
 
 		for (uint32_t i = 0; i < n_mv; i++)
@@ -942,30 +960,46 @@ static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_st
 				n++;
 			}
 		if (n)
-			st_ = land(c, s, st, tier_fmt(c, st, t), mv, n, K, V);
+			rc = land(c, s, st, tier_fmt(c, st, t), mv, n, r->K, r->V);
 		/* the rest move on: shift the landed ones out */
 		memmove(mv, mv + n, (size_t)(n_mv - n) * sizeof *mv);
 		n_mv -= n;
 	}
-	/* a failed landing leaves the later tiers' slots nowhere: they are gone */
 	st->evicted += n_mv;
 	st->demoted -= n_mv;
-convert:
-	if (st_ == TKV_OK && convert_protected(c, s, st, n_window))
-		n_cand++; /* something moved: compact */
+	return rc;
+}
+
+/* One round: rank, choose tiers for a target of `target` K+V bytes, apply;
+ * then a tight stream's protected slots move to its hot format and the
+ * stream is compacted. */
+static int maintain_round(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, double target)
+{
+	struct round r;
+	int rc;
+
+	if (st->n_tokens == 0)
+		return TKV_OK;
+	memset(&r, 0, sizeof r);
+	rc = rank(c, s, st, target, &r);
+	if (rc == TKV_OK && r.n_cand) {
+		choose(c, s, st, target, &r);
+		if (c->completion)
+			complete_evicted(s, st, &r);
+		rc = lift_moving(s, st, &r);
+		if (rc == TKV_OK)
+			rc = remove_leaving(s, st, &r);
+		r.no_compact = rc != TKV_OK;
+		if (rc == TKV_OK)
+			rc = land_moved(c, s, st, &r);
+	}
+	if (rc == TKV_OK && convert_protected(c, s, st, r.n_window))
+		r.n_cand++; /* something moved: compact */
 	/* evictions leave holes and a page only returns once empty: pack them */
-	if (n_cand && kv_stream_compact(s, st) && st_ == TKV_OK)
-		st_ = TKV_ERR_NOMEM;
-out:
-	tkv_free(s->alloc, rm);
-	tkv_free(s->alloc, V);
-	tkv_free(s->alloc, K);
-	tkv_free(s->alloc, buf);
-	tkv_free(s->alloc, mv);
-	tkv_free(s->alloc, by_pos);
-	tkv_free(s->alloc, cand);
-	(void)n_prot;
-	return st_;
+	if (!r.no_compact && r.n_cand && kv_stream_compact(s, st) && rc == TKV_OK)
+		rc = TKV_ERR_NOMEM;
+	round_free(s, &r);
+	return rc;
 }
 
 int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st)

@@ -1,6 +1,7 @@
 /* policy.h - who is hot, warm, cold or evicted, stream by stream.
  *
- * Every policy is the same machine with different knobs (struct kv_cfg):
+ * Every policy is the same machine with different knobs (struct kv_cfg; a
+ * policy is one row of the table in policy.c):
  *  - a score per slot, updated from the attention each query gives it
  *    (accumulated, last query only, or not at all);
  *  - a priority per slot at maintenance time, from that score, the slot's age
@@ -61,6 +62,7 @@ struct kv_cfg {
 	bool tight_q8;                    /* tight streams take new tokens at q8 (head comment) */
 	bool always;                      /* acts within the budget too: kivi quantizes,
 					   * attn-threshold drops slots under the threshold */
+	bool drop_below;                  /* evicts slots under threshold x their fair share */
 	float skip;                       /* cold-page skip margin in logits, 0 = off */
 	float decay, threshold, semantic_weight, recency_weight;
 	size_t seq_budget;                /* default per-sequence K+V budget */
