@@ -483,118 +483,146 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 	return TKV_OK;
 }
 
+/* A batch step's state: the items and, for the forward pass being built,
+ * its segments and tokens. */
+struct step {
+	struct tkv_batch_item *items;
+	size_t n_items;
+	size_t *done;        /* [n_items] tokens of each item through the model */
+	struct kv_seg *segs; /* [n_batch] this forward's segments */
+	size_t *seg_item;    /* [n_batch] the item of each segment */
+	int32_t *ids;        /* [n_batch] this forward's tokens */
+	uint32_t n_segs, rows;
+	int first;           /* the step's result: its first failure */
+};
+
+/* Fills one forward pass: every unfinished item contributes its next tokens,
+ * up to n_batch rows. Returns the bytes of new pages they need. */
+static size_t gather(const struct tkv_engine *e, struct step *p)
+{
+	uint32_t B = e->params.n_batch;
+	size_t need = 0;
+
+	p->rows = p->n_segs = 0;
+	for (size_t i = 0; i < p->n_items && p->rows < B; i++) {
+		struct tkv_batch_item *it = &p->items[i];
+		uint32_t c;
+
+		if (it->status || p->done[i] == it->n)
+			continue;
+		c = (uint32_t)(it->n - p->done[i] < B - p->rows ? it->n - p->done[i] : B - p->rows);
+		p->segs[p->n_segs] = (struct kv_seg){ it->seq->kv, p->rows, c, (int32_t)it->seq->n_past };
+		p->seg_item[p->n_segs++] = i;
+		memcpy(p->ids + p->rows, it->ids + p->done[i], c * sizeof *p->ids);
+		p->rows += c;
+		need += need_bytes(it->seq, c);
+	}
+	return need;
+}
+
+/* Reserves room per sequence; a sequence that cannot get it drops out of
+ * the step (its status says why), and the rows left stay contiguous. */
+static void reserve(struct step *p, struct tkv_error *err)
+{
+	uint32_t w = 0, r = 0;
+
+	for (uint32_t g = 0; g < p->n_segs; g++) {
+		struct tkv_batch_item *it = &p->items[p->seg_item[g]];
+		struct tkv_error e2;
+		int st;
+
+		if ((st = kv_seq_reserve(p->segs[g].seq, p->segs[g].n, &e2))) {
+			it->status = st;
+			if (!p->first) {
+				p->first = st;
+				if (err)
+					*err = e2;
+			}
+			p->segs[g].n = 0;
+		}
+	}
+	for (uint32_t g = 0; g < p->n_segs; g++) {
+		if (p->segs[g].n == 0)
+			continue;
+		memmove(p->ids + r, p->ids + p->segs[g].row0, p->segs[g].n * sizeof *p->ids);
+		p->segs[g].row0 = r;
+		r += p->segs[g].n;
+		p->segs[w] = p->segs[g];
+		p->seg_item[w++] = p->seg_item[g];
+	}
+	p->n_segs = w;
+	p->rows = r;
+}
+
+/* Runs the forward pass and hands each item that finishes its logits; the
+ * sequences then advance (policy rounds). */
+static void forward(struct tkv_engine *e, struct step *p, struct tkv_error *err)
+{
+	uint32_t n_vocab = e->model->info.n_vocab, n_out = 0;
+
+	for (uint32_t g = 0; g < p->n_segs; g++) {
+		const struct tkv_batch_item *it = &p->items[p->seg_item[g]];
+
+		if (it->logits && p->done[p->seg_item[g]] + p->segs[g].n == it->n)
+			e->scratch.rows[n_out++] = p->segs[g].row0 + p->segs[g].n - 1;
+	}
+	llama_forward(e->model, &e->scratch, e->tp, e->cache, p->ids, p->segs, p->n_segs, e->scratch.rows, n_out,
+		      e->logits);
+	n_out = 0;
+	for (uint32_t g = 0; g < p->n_segs; g++) {
+		struct tkv_batch_item *it = &p->items[p->seg_item[g]];
+		int st;
+
+		if (it->logits && p->done[p->seg_item[g]] + p->segs[g].n == it->n)
+			memcpy(it->logits, e->logits + (size_t)n_out++ * n_vocab, n_vocab * sizeof(float));
+		p->done[p->seg_item[g]] += p->segs[g].n;
+		if ((st = advance(e, it->seq, p->segs[g].n, NULL))) {
+			it->status = st;
+			p->first = p->first ? p->first : tkv_errf(err, st, "out of memory while applying the KV policy");
+		}
+	}
+}
+
 int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n_items, struct tkv_error *err)
 {
-	uint32_t n_vocab = e->model->info.n_vocab, B = e->params.n_batch;
-	size_t *done = NULL;
-	struct kv_seg *segs = NULL;
-	int32_t *ids = NULL;
-	size_t *seg_item = NULL;
-	int first = TKV_OK, abort_st = TKV_OK;
+	uint32_t B = e->params.n_batch;
+	struct step p = { .items = items, .n_items = n_items };
+	int abort_st = TKV_OK;
 
 	for (size_t i = 0; i < n_items; i++) {
 		items[i].status = check_tokens(e, items[i].seq, items[i].ids, items[i].n, NULL);
-		if (items[i].status && !first)
-			first = check_tokens(e, items[i].seq, items[i].ids, items[i].n, err);
+		if (items[i].status && !p.first)
+			p.first = check_tokens(e, items[i].seq, items[i].ids, items[i].n, err);
 	}
-	done = tkv_calloc(e->alloc, n_items ? n_items : 1, sizeof *done);
-	segs = tkv_malloc(e->alloc, B * sizeof *segs);
-	seg_item = tkv_malloc(e->alloc, B * sizeof *seg_item);
-	ids = tkv_malloc(e->alloc, B * sizeof *ids);
-	if (!done || !segs || !seg_item || !ids) {
-		first = abort_st = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for a batch step");
-		goto out;
-	}
-	for (;;) {
-		uint32_t rows = 0, n_segs = 0, n_out = 0;
-		size_t need = 0;
+	p.done = tkv_calloc(e->alloc, n_items ? n_items : 1, sizeof *p.done);
+	p.segs = tkv_malloc(e->alloc, B * sizeof *p.segs);
+	p.seg_item = tkv_malloc(e->alloc, B * sizeof *p.seg_item);
+	p.ids = tkv_malloc(e->alloc, B * sizeof *p.ids);
+	if (!p.done || !p.segs || !p.seg_item || !p.ids)
+		p.first = abort_st = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for a batch step");
+	while (!abort_st) {
+		size_t need = gather(e, &p);
 		int st;
 
-		/* one forward: every unfinished item contributes its next tokens */
-		for (size_t i = 0; i < n_items && rows < B; i++) {
-			struct tkv_batch_item *it = &items[i];
-			uint32_t c;
-
-			if (it->status || done[i] == it->n)
-				continue;
-			c = (uint32_t)(it->n - done[i] < B - rows ? it->n - done[i] : B - rows);
-			segs[n_segs] = (struct kv_seg){ it->seq->kv, rows, c, (int32_t)it->seq->n_past };
-			seg_item[n_segs++] = i;
-			memcpy(ids + rows, it->ids + done[i], c * sizeof *ids);
-			rows += c;
-			need += need_bytes(it->seq, c);
-		}
-		if (n_segs == 0)
+		if (p.n_segs == 0)
 			break;
 		if ((st = gov_make_room(e, need))) {
-			first = first ? first : tkv_errf(err, st, "out of memory while making room in the KV cache");
+			p.first = p.first ? p.first : tkv_errf(err, st, "out of memory while making room in the KV cache");
 			abort_st = st;
-			goto out;
+			break;
 		}
-		/* reserve per sequence; a sequence that cannot get room drops out */
-		for (uint32_t g = 0; g < n_segs; g++) {
-			struct tkv_batch_item *it = &items[seg_item[g]];
-			struct tkv_error e2;
-
-			if ((st = kv_seq_reserve(segs[g].seq, segs[g].n, &e2))) {
-				it->status = st;
-				if (!first) {
-					first = st;
-					if (err)
-						*err = e2;
-				}
-				segs[g].n = 0;
-			}
-		}
-		/* drop refused segments, keeping rows contiguous */
-		{
-			uint32_t w = 0, r = 0;
-
-			for (uint32_t g = 0; g < n_segs; g++) {
-				if (segs[g].n == 0)
-					continue;
-				memmove(ids + r, ids + segs[g].row0, segs[g].n * sizeof *ids);
-				segs[g].row0 = r;
-				r += segs[g].n;
-				segs[w] = segs[g];
-				seg_item[w++] = seg_item[g];
-			}
-			n_segs = w;
-			rows = r;
-		}
-		if (n_segs == 0)
-			continue;
-		for (uint32_t g = 0; g < n_segs; g++) {
-			const struct tkv_batch_item *it = &items[seg_item[g]];
-
-			if (it->logits && done[seg_item[g]] + segs[g].n == it->n)
-				e->scratch.rows[n_out++] = segs[g].row0 + segs[g].n - 1;
-		}
-		llama_forward(e->model, &e->scratch, e->tp, e->cache, ids, segs, n_segs, e->scratch.rows, n_out,
-			      e->logits);
-		n_out = 0;
-		for (uint32_t g = 0; g < n_segs; g++) {
-			struct tkv_batch_item *it = &items[seg_item[g]];
-
-			if (it->logits && done[seg_item[g]] + segs[g].n == it->n)
-				memcpy(it->logits, e->logits + (size_t)n_out++ * n_vocab, n_vocab * sizeof(float));
-			done[seg_item[g]] += segs[g].n;
-			if ((st = advance(e, it->seq, segs[g].n, NULL))) {
-				it->status = st;
-				first = first ? first : tkv_errf(err, st, "out of memory while applying the KV policy");
-			}
-		}
-		(void)rows;
+		reserve(&p, err);
+		if (p.n_segs)
+			forward(e, &p, err);
 	}
-out:
 	/* a failure of the whole step leaves the unfinished items undone: they
 	 * fail with it, so that an item with status TKV_OK got all its tokens */
 	for (size_t i = 0; abort_st && i < n_items; i++)
-		if (!items[i].status && (!done || done[i] < items[i].n))
+		if (!items[i].status && (!p.done || p.done[i] < items[i].n))
 			items[i].status = abort_st;
-	tkv_free(e->alloc, ids);
-	tkv_free(e->alloc, seg_item);
-	tkv_free(e->alloc, segs);
-	tkv_free(e->alloc, done);
-	return first;
+	tkv_free(e->alloc, p.ids);
+	tkv_free(e->alloc, p.seg_item);
+	tkv_free(e->alloc, p.segs);
+	tkv_free(e->alloc, p.done);
+	return p.first;
 }

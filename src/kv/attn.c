@@ -508,27 +508,14 @@ static int accum_ref_page(const struct kv_page *pg, const struct kv_attn_args *a
 	return any;
 }
 
-void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
+/* Pass 1: every page's logits into a->logit and each head's running max:
+ * full-precision and warm pages (and shared slots) first, then cold pages,
+ * skipped when their bound cannot matter (their logits -inf). */
+static void score_pages(struct kv_stream *st, uint32_t d, struct kv_attn_args *a, float *max)
 {
-	uint32_t n = st->n_tokens, nq = a->nq, off;
-	float max[64], sum[64], inv[64];
-	kv_exp_fn sum_exp = kv_attn_exp_kernel();
-	int have_rot = 0;
-
-	for (uint32_t h = 0; h < nq; h++)
-		max[h] = -INFINITY;
-	for (uint32_t p = 0; p < st->n_pages; p++)
-		if (st->pages[p]->flags & KV_PAGE_ROT)
-			have_rot = 1;
-	if (have_rot) {
-		memcpy(a->qrot, a->q, (size_t)nq * d * sizeof(float));
-		for (uint32_t h = 0; h < nq; h++)
-			kv_rotate(a->qrot + (size_t)h * d, d);
-		memset(a->orot, 0, (size_t)nq * d * sizeof(float));
-	}
+	uint32_t n = st->n_tokens, nq = a->nq, off = 0;
 
 	/* pass 1a: full-precision and warm pages */
-	off = 0;
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
 
@@ -560,22 +547,28 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 		}
 		off += pg->n_used;
 	}
+}
 
-	/* softmax per head; the weights stay unnormalized (numerators) until
-	 * the end: a pass over them saved */
-	for (uint32_t h = 0; h < nq; h++) {
-		float *l = a->logit + (size_t)h * n;
+/* Softmax per head over n logits: the weights stay unnormalized
+ * (numerators) until the end, a pass over them saved; inv[h] is 1 / their
+ * sum. Adds each head's entropy to *a->entropy when asked. */
+static void softmax_heads(uint32_t n, const struct kv_attn_args *a, const float *max, float *inv)
+{
+	kv_exp_fn sum_exp = kv_attn_exp_kernel();
+
+	for (uint32_t h = 0; h < a->nq; h++) {
+		float *l = a->logit + (size_t)h * n, sum;
 
 		if (sum_exp) {
-			sum[h] = sum_exp(l, n, max[h]);
+			sum = sum_exp(l, n, max[h]);
 		} else {
-			sum[h] = 0.0f;
+			sum = 0.0f;
 			for (uint32_t i = 0; i < n; i++) {
 				l[i] = l[i] == -INFINITY ? 0.0f : expf(l[i] - max[h]);
-				sum[h] += l[i];
+				sum += l[i];
 			}
 		}
-		inv[h] = sum[h] > 0.0f ? 1.0f / sum[h] : 0.0f;
+		inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
 		if (a->entropy) {
 			double e = 0.0;
 
@@ -589,10 +582,15 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 			*a->entropy += e;
 		}
 	}
+}
 
-	/* pass 2: values */
+/* Pass 2: the values weighted by the numerators into a->out (rotated
+ * pages' into a->orot, rotated back and added), then normalized. */
+static void sum_values(struct kv_stream *st, uint32_t d, struct kv_attn_args *a, int have_rot, const float *inv)
+{
+	uint32_t n = st->n_tokens, nq = a->nq, off = 0;
+
 	memset(a->out, 0, (size_t)nq * d * sizeof(float));
-	off = 0;
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		const struct kv_page *pg = st->pages[p];
 
@@ -614,19 +612,45 @@ void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 		for (uint32_t c = 0; c < d; c++)
 			o[c] *= inv[h];
 	}
-	if (a->att) {
-		/* head by head, so the loads run along the rows */
-		if (nq == 0)
-			memset(a->att, 0, n * sizeof(float));
-		for (uint32_t h = 0; h < nq; h++) {
-			const float *l = a->logit + (size_t)h * n;
+}
 
-			if (h == 0)
-				for (uint32_t i = 0; i < n; i++)
-					a->att[i] = l[i] * inv[0];
-			else
-				for (uint32_t i = 0; i < n; i++)
-					a->att[i] += l[i] * inv[h];
-		}
+/* The weight each slot received, summed over the heads, into a->att. */
+static void slot_weights(uint32_t n, const struct kv_attn_args *a, const float *inv)
+{
+	/* head by head, so the loads run along the rows */
+	if (a->nq == 0)
+		memset(a->att, 0, n * sizeof(float));
+	for (uint32_t h = 0; h < a->nq; h++) {
+		const float *l = a->logit + (size_t)h * n;
+
+		if (h == 0)
+			for (uint32_t i = 0; i < n; i++)
+				a->att[i] = l[i] * inv[0];
+		else
+			for (uint32_t i = 0; i < n; i++)
+				a->att[i] += l[i] * inv[h];
 	}
+}
+
+void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
+{
+	float max[64], inv[64];
+	int have_rot = 0;
+
+	for (uint32_t h = 0; h < a->nq; h++)
+		max[h] = -INFINITY;
+	for (uint32_t p = 0; p < st->n_pages; p++)
+		if (st->pages[p]->flags & KV_PAGE_ROT)
+			have_rot = 1;
+	if (have_rot) {
+		memcpy(a->qrot, a->q, (size_t)a->nq * d * sizeof(float));
+		for (uint32_t h = 0; h < a->nq; h++)
+			kv_rotate(a->qrot + (size_t)h * d, d);
+		memset(a->orot, 0, (size_t)a->nq * d * sizeof(float));
+	}
+	score_pages(st, d, a, max);
+	softmax_heads(st->n_tokens, a, max, inv);
+	sum_values(st, d, a, have_rot, inv);
+	if (a->att)
+		slot_weights(st->n_tokens, a, inv);
 }

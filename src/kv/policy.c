@@ -594,82 +594,93 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 	st->merged++;
 }
 
-/* Writes moved slots of one target format into pages: per-slot formats fill
- * pages with room first; packed formats re-pack a partial page together with
- * the new slots, then fill new pages. Slots that cannot get a page (the pool is
- * at its budget) are dropped and counted as evicted. */
-static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t fmt,
-		struct moved *mv, uint32_t n_mv, float *K, float *V)
+/* Moved slots into pages of the stream's with room, per-slot formats: each
+ * page with room is filled in turn. Returns how many landed. */
+static uint32_t top_up_rows(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
+			    uint32_t n_mv)
+{
+	uint32_t d = s->head_dim, done = 0;
+
+	for (uint32_t p = 0; p < st->n_pages && done < n_mv; p++) {
+		struct kv_page *pg = st->pages[p];
+		uint32_t n = pg->n_used;
+
+		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
+			continue;
+		while (n < pg->cap && done < n_mv) {
+			struct moved *m = &mv[done++];
+
+			if (rot) {
+				kv_rotate(m->k, d);
+				kv_rotate(m->v, d);
+			}
+			kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, n, m->k, m->v);
+			pg->pos[n] = m->pos;
+			pg->score[n] = m->score;
+			n++;
+		}
+		kv_stream_set_used(s, st, pg, n);
+	}
+	return done;
+}
+
+/* Moved slots into one partial page of a packed format, re-packed with them
+ * (its slots keep their codes where its grid covers the new ones; K and V:
+ * scratch for a page). Returns how many landed. */
+static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
+			      uint32_t n_mv, float *K, float *V)
+{
+	uint32_t d = s->head_dim;
+
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		struct kv_page *pg = st->pages[p];
+		uint32_t n = pg->n_used, add;
+
+		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
+			continue;
+		add = pg->cap - n < n_mv ? pg->cap - n : n_mv;
+		for (uint32_t j = 0; j < n; j++) {
+			kv_tier_load_k(fmt, pg->k, pg->cap, d, j, K + (size_t)j * d);
+			kv_tier_load_v(fmt, pg->v, pg->cap, d, j, V + (size_t)j * d);
+		}
+		for (uint32_t j = 0; j < add; j++) {
+			const struct moved *m = &mv[j];
+
+			memcpy(K + (size_t)(n + j) * d, m->k, d * sizeof(float));
+			memcpy(V + (size_t)(n + j) * d, m->v, d * sizeof(float));
+			if (rot) {
+				kv_rotate(K + (size_t)(n + j) * d, d);
+				kv_rotate(V + (size_t)(n + j) * d, d);
+			}
+			pg->pos[n + j] = m->pos;
+			pg->score[n + j] = m->score;
+		}
+		kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
+		kv_stream_set_used(s, st, pg, n + add);
+		return add;
+	}
+	return 0;
+}
+
+/* Moved slots into new pages: full-size ones for the bulk, a small one for
+ * the rest; q4/q2 pages stay full-size (their per-channel key parameters
+ * cost the same whatever the cap, so a small page pays more per slot).
+ * Returns how many landed; *why says why the rest did not. */
+static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
+			 uint32_t n_mv, float *K, float *V, int *why)
 {
 	uint32_t d = s->head_dim, cap = fmt_cap(st, fmt), done = 0;
-	bool rot = c->rotate && fmt != c->hot_fmt && fmt != st->hot_fmt;
-	int why;
 
-	if (!kv_fmt_packed(fmt)) {
-		for (uint32_t p = 0; p < st->n_pages && done < n_mv; p++) {
-			struct kv_page *pg = st->pages[p];
-			uint32_t n = pg->n_used;
-
-			if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
-				continue;
-			while (n < pg->cap && done < n_mv) {
-				struct moved *m = &mv[done++];
-
-				if (rot) {
-					kv_rotate(m->k, d);
-					kv_rotate(m->v, d);
-				}
-				kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, n, m->k, m->v);
-				pg->pos[n] = m->pos;
-				pg->score[n] = m->score;
-				n++;
-			}
-			kv_stream_set_used(s, st, pg, n);
-		}
-	} else {
-		/* top up one partial packed page by re-packing it with new slots
-		 * (its slots keep their codes where its grid covers the new ones) */
-		for (uint32_t p = 0; p < st->n_pages && done < n_mv; p++) {
-			struct kv_page *pg = st->pages[p];
-			uint32_t n = pg->n_used, add;
-
-			if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
-				continue;
-			add = pg->cap - n < n_mv - done ? pg->cap - n : n_mv - done;
-			for (uint32_t j = 0; j < n; j++) {
-				kv_tier_load_k(fmt, pg->k, pg->cap, d, j, K + (size_t)j * d);
-				kv_tier_load_v(fmt, pg->v, pg->cap, d, j, V + (size_t)j * d);
-			}
-			for (uint32_t j = 0; j < add; j++) {
-				struct moved *m = &mv[done++];
-
-				memcpy(K + (size_t)(n + j) * d, m->k, d * sizeof(float));
-				memcpy(V + (size_t)(n + j) * d, m->v, d * sizeof(float));
-				if (rot) {
-					kv_rotate(K + (size_t)(n + j) * d, d);
-					kv_rotate(V + (size_t)(n + j) * d, d);
-				}
-				pg->pos[n + j] = m->pos;
-				pg->score[n + j] = m->score;
-			}
-			kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
-			kv_stream_set_used(s, st, pg, n + add);
-			break;
-		}
-	}
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
-		/* full-size pages for the bulk, a small one for the rest; q4/q2
-		 * pages stay full-size: their per-channel key parameters cost the
-		 * same whatever the cap, so a small page pays more per slot */
 		uint32_t pc = n < cap && !kv_fmt_packed(fmt) ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
-		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, pc, &why);
+		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, pc, why);
 
 		if (!pg)
 			break;
 		if (kv_stream_add_page(s, st, pg)) {
 			kv_pool_put(s->pool, pg);
-			why = TKV_ERR_NOMEM;
+			*why = TKV_ERR_NOMEM;
 			break;
 		}
 		if (pc < cap) {
@@ -687,9 +698,9 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 			}
 			pg->pos[j] = m->pos;
 			pg->score[j] = m->score;
-			if (!kv_fmt_packed(fmt))
+			if (!kv_fmt_packed(fmt)) {
 				kv_tier_store(fmt, pg->k, pg->v, pc, d, j, m->k, m->v);
-			else {
+			} else {
 				memcpy(K + (size_t)j * d, m->k, d * sizeof(float));
 				memcpy(V + (size_t)j * d, m->v, d * sizeof(float));
 			}
@@ -699,6 +710,22 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 		kv_stream_set_used(s, st, pg, n);
 		done += n;
 	}
+	return done;
+}
+
+/* Writes moved slots of one target format into pages: per-slot formats fill
+ * pages with room first; packed formats re-pack a partial page together with
+ * the new slots, then fill new pages. Slots that cannot get a page (the pool is
+ * at its budget) are dropped and counted as evicted. */
+static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, uint32_t fmt,
+		struct moved *mv, uint32_t n_mv, float *K, float *V)
+{
+	bool rot = c->rotate && fmt != c->hot_fmt && fmt != st->hot_fmt;
+	uint32_t done = kv_fmt_packed(fmt) ? top_up_packed(s, st, fmt, rot, mv, n_mv, K, V)
+					   : top_up_rows(s, st, fmt, rot, mv, n_mv);
+	int why = TKV_OK;
+
+	done += land_new(s, st, fmt, rot, mv + done, n_mv - done, K, V, &why);
 	if (done < n_mv) {
 		st->evicted += n_mv - done;
 		st->demoted -= n_mv - done;

@@ -259,6 +259,40 @@ size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new)
 	return bytes;
 }
 
+/* The budget refused need_bytes of new pages for n_new more tokens. */
+static int budget_full(const struct kv_seq *s, uint32_t n_new, size_t need_bytes, struct tkv_error *err)
+{
+	struct kv_pool_stats ps;
+
+	kv_pool_stats(s->pool, &ps);
+	return tkv_errf(err, TKV_ERR_KV_FULL,
+			"KV cache budget exhausted at %d tokens: %u more need %zu bytes of new pages, "
+			"%zu of the %zu-byte budget are in use (raise --kv-mem, or use a policy that evicts)",
+			s->n_pos, n_new, need_bytes, ps.allocated, ps.budget);
+}
+
+/* Returns the empty pages a failed kv_seq_reserve took: the last added[i]
+ * of each stream. */
+static void unreserve(struct kv_seq *s, uint32_t *added)
+{
+	for (size_t i = 0; i < (size_t)s->n_layer * s->n_kv_head; i++) {
+		struct kv_stream *st = &s->streams[i];
+
+		for (; added[i] > 0; added[i]--) {
+			struct kv_page *pg = st->pages[--st->n_pages];
+
+			st->hot_free -= pg->cap;
+			if (pg->cap < st->page_tokens) {
+				st->n_small--;
+				st->small_slots -= pg->cap;
+			}
+			if (st->tail == st->n_pages)
+				st->tail = KV_NO_PAGE;
+			kv_pool_put(s->pool, pg);
+		}
+	}
+}
+
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 {
 	size_t n_streams = (size_t)s->n_layer * s->n_kv_head, i;
@@ -279,12 +313,12 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 	if (need_bytes == 0)
 		return TKV_OK;
 	if (!kv_pool_can_fit(s->pool, need_bytes))
-		goto full;
+		return budget_full(s, n_new, need_bytes, err);
 	added = tkv_calloc(s->alloc, n_streams, sizeof *added);
 	if (!added)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory reserving KV pages");
 
-	for (i = 0; i < n_streams; i++) {
+	for (i = 0; i < n_streams && why == TKV_OK; i++) {
 		struct kv_stream *st = &s->streams[i];
 		uint32_t n_full, tail;
 
@@ -294,7 +328,7 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, st->hot_fmt, cap, &why);
 
 			if (!pg)
-				goto undo;
+				break;
 			kv_stream_add_page(s, st, pg); /* cannot fail: the array has grown */
 			if (cap < st->page_tokens) {
 				st->n_small++;
@@ -302,39 +336,14 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 			}
 		}
 	}
-	tkv_free(s->alloc, added);
-	return TKV_OK;
-
-undo:
-	/* return the empty pages taken by this call: the last added[i] of each stream */
-	for (i = 0; i < n_streams; i++) {
-		struct kv_stream *st = &s->streams[i];
-
-		for (; added[i] > 0; added[i]--) {
-			struct kv_page *pg = st->pages[--st->n_pages];
-
-			st->hot_free -= pg->cap;
-			if (pg->cap < st->page_tokens) {
-				st->n_small--;
-				st->small_slots -= pg->cap;
-			}
-			if (st->tail == st->n_pages)
-				st->tail = KV_NO_PAGE;
-			kv_pool_put(s->pool, pg);
-		}
-	}
+	if (why != TKV_OK)
+		unreserve(s, added);
 	tkv_free(s->alloc, added);
 	if (why == TKV_ERR_NOMEM)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory allocating KV pages");
-full: {
-		struct kv_pool_stats ps;
-
-		kv_pool_stats(s->pool, &ps);
-		return tkv_errf(err, TKV_ERR_KV_FULL,
-				"KV cache budget exhausted at %d tokens: %u more need %zu bytes of new pages, "
-				"%zu of the %zu-byte budget are in use (raise --kv-mem, or use a policy that evicts)",
-				s->n_pos, n_new, need_bytes, ps.allocated, ps.budget);
-	}
+	if (why != TKV_OK)
+		return budget_full(s, n_new, need_bytes, err);
+	return TKV_OK;
 }
 
 /* A page of st's hot format with room (the tail first), or NULL. */
