@@ -12,7 +12,7 @@
 #ifndef TIERKV_H
 #define TIERKV_H
 
-#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,18 +43,29 @@ struct tkv_error {
 };
 
 /* ---- memory -------------------------------------------------------------
- * The counting allocator. Zero-initialise one (`struct tkv_alloc a = {0};`),
- * pass it to the *_params of what you create, and read live/peak bytes. Tests set
- * fail_at = N to make the Nth allocation call (1-based) fail, and every one
- * after it for fail_count calls (0 = all later calls). */
-struct tkv_alloc {
-	atomic_size_t live;              /* bytes currently allocated */
-	atomic_size_t peak;              /* high-water mark of live */
-	atomic_ullong n_calls;           /* allocation calls so far */
-	unsigned long long fail_at;      /* 0 = never fail */
-	unsigned long long fail_count;   /* 0 = fail forever once fail_at is reached */
+ * The counting allocator. Give one to the params of what you create (model,
+ * engine, vocabulary, sampler) and every byte they allocate is counted, so
+ * live and peak bytes are exact; NULL anywhere means uncounted memory. One
+ * allocator may serve any number of objects and threads (its counters are
+ * atomic). Its layout is private (src/util/alloc.h), so this header holds no
+ * atomic types and compiles as C and C++. */
+struct tkv_alloc;
+
+/* A snapshot of an allocator's counters (plain values, safe to copy). */
+struct tkv_alloc_stats {
+	size_t live;        /* bytes currently allocated */
+	size_t peak;        /* high-water mark of live */
+	uint64_t n_calls;   /* allocation calls so far */
 };
 
+/* Creates an allocator with zero counters. *out is the caller's: free it with
+ * tkv_alloc_free after every object that uses it. TKV_ERR_NOMEM (then *out is
+ * NULL). */
+int tkv_alloc_init(struct tkv_alloc **out);
+/* a may be NULL. */
+void tkv_alloc_free(struct tkv_alloc *a);
+/* Fills out with a's counters now (all zero for a NULL a). */
+void tkv_alloc_get_stats(const struct tkv_alloc *a, struct tkv_alloc_stats *out);
 
 /* ---- model --------------------------------------------------------------
  * A llama-family model from a GGUF file: weights (borrowed from the file's
@@ -94,6 +105,32 @@ void tkv_model_free(struct tkv_model *m);
 void tkv_model_get_info(const struct tkv_model *m, struct tkv_model_info *out);
 /* K+V bytes one token costs over all layers with full-precision f16 storage. */
 size_t tkv_model_kv_bytes_per_token(const struct tkv_model *m);
+
+/* The string value of the GGUF metadata key (e.g. "general.name"): *val points
+ * into the model's file mapping (borrowed: valid until tkv_model_free, not
+ * NUL-terminated), *len is its byte count. TKV_ERR_ARG when the key is absent
+ * or not a string; then *val is NULL and *len 0. */
+int tkv_model_meta_str(const struct tkv_model *m, const char *key, const char **val, size_t *len);
+/* The model's chat template (tokenizer.chat_template, a Jinja text; borrowed
+ * like tkv_model_meta_str's, not NUL-terminated, *len bytes), or NULL with
+ * *len 0 when the model has none. */
+const char *tkv_model_chat_template(const struct tkv_model *m, size_t *len);
+
+/* Weights as the forward pass reads them, for bandwidth and roofline figures. */
+struct tkv_weight_span {
+	const void *data;   /* borrowed from the model: valid until tkv_model_free */
+	size_t bytes;
+};
+/* The weight matrices one decoded token streams through: each layer's seven
+ * (q, k, v, o, gate, up, down) in order, then the output matrix. Writes up to
+ * cap spans to out (may be NULL when cap is 0) and returns how many there are
+ * (7 n_layer + 1). */
+size_t tkv_model_weight_spans(const struct tkv_model *m, struct tkv_weight_span *out, size_t cap);
+/* Bytes of weights one decoded token reads: every matrix, the norms and one
+ * row of the token embedding. */
+uint64_t tkv_model_token_weight_bytes(const struct tkv_model *m);
+/* Bytes of all tensor data in the model's file. */
+uint64_t tkv_model_file_tensor_bytes(const struct tkv_model *m);
 
 /* ---- engine and sequences -----------------------------------------------
  * An engine runs a model for any number of sequences under one KV memory budget.
@@ -309,11 +346,124 @@ struct tkv_batch_item {
 int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n_items,
 		    struct tkv_error *err);
 
-/* ---- text ---------------------------------------------------------------- */
-/* Encodes text (len bytes) with the model's tokenizer. Writes up to n_max ids;
- * *n_out gets the count needed (TKV_ERR_ARG when n_max is too small). */
+/* ---- text ----------------------------------------------------------------
+ * A vocabulary is the tokenizer of a GGUF file: SentencePiece (byte fallback,
+ * leading space) or byte-level BPE, with its special tokens. A model's
+ * vocabulary is borrowed from the model (tkv_model_vocab); tkv_vocab_load
+ * reads one on its own, from any GGUF with tokenizer.* keys (vocabulary-only
+ * files too). A vocabulary is read-only once made: any number of threads may
+ * use one at once. */
+struct tkv_vocab;
+
+/* The model's vocabulary: borrowed, valid until tkv_model_free; never pass it
+ * to tkv_vocab_free. */
+const struct tkv_vocab *tkv_model_vocab(const struct tkv_model *m);
+/* Reads the tokenizer of the GGUF at path (the file is closed again before
+ * this returns). Allocations, now and in tkv_vocab_tokenize, go through a
+ * (may be NULL), which must outlive the vocabulary. *out is the caller's (free
+ * with tkv_vocab_free); on failure it is NULL and err says what is wrong:
+ * TKV_ERR_IO, TKV_ERR_FORMAT, TKV_ERR_UNSUPPORTED, TKV_ERR_NOMEM. */
+int tkv_vocab_load(struct tkv_vocab **out, const char *path, struct tkv_alloc *a,
+		   struct tkv_error *err);
+/* Frees a vocabulary from tkv_vocab_load; v may be NULL. */
+void tkv_vocab_free(struct tkv_vocab *v);
+
+int32_t tkv_vocab_n_tokens(const struct tkv_vocab *v);
+int32_t tkv_vocab_bos(const struct tkv_vocab *v);   /* -1 when none */
+int32_t tkv_vocab_eos(const struct tkv_vocab *v);   /* -1 when none */
+/* Whether encoding a text should start with BOS (tokenizer.ggml.add_bos_token;
+ * SentencePiece default true). */
+bool tkv_vocab_add_bos(const struct tkv_vocab *v);
+/* End of generation: eos, eot, <|im_end|>, <|eot_id|>, ... A generation loop
+ * stops at the first token for which this is true. */
+bool tkv_vocab_is_eog(const struct tkv_vocab *v, int32_t id);
+/* Control and unknown tokens (the ones detokenizing hides unless asked). */
+bool tkv_vocab_is_control(const struct tkv_vocab *v, int32_t id);
+
+/* Encodes len bytes of text (any bytes; invalid UTF-8 is handled). Writes up
+ * to n_max ids; *n_out gets the count the full encoding needs, so a first call
+ * with n_max 0 (ids may be NULL) sizes the buffer. TKV_ERR_ARG when n_max is
+ * too small; TKV_ERR_NOMEM. parse_special matches control tokens written in
+ * the text ("<|im_start|>"). */
+int tkv_vocab_tokenize(const struct tkv_vocab *v, const char *text, size_t len, bool add_bos,
+		       bool parse_special, int32_t *ids, size_t n_max, size_t *n_out);
+/* The same with the model's vocabulary. */
 int tkv_tokenize(const struct tkv_model *m, const char *text, size_t len, int add_bos,
 		 int parse_special, int32_t *ids, size_t n_max, size_t *n_out);
+
+/* The token's text as stored in the vocabulary ("▁Once", "<0x0A>"):
+ * borrowed from v (valid while v is), *len bytes, not NUL-terminated; NULL for
+ * an id out of range. */
+const char *tkv_vocab_token_text(const struct tkv_vocab *v, int32_t id, size_t *len);
+/* Token to piece: the bytes id stands for in output text ("▁" becomes
+ * a space, <0x0A> a newline byte, BPE bytes unmapped). Control and unknown
+ * tokens give 0 bytes unless special. Writes up to cap bytes to buf (caller's)
+ * and returns the full count, which may exceed cap, or TKV_ERR_ARG for an
+ * invalid id. A piece may be part of a UTF-8 character: to print generated
+ * text, use the streaming detokenizer below. */
+int tkv_vocab_token_to_piece(const struct tkv_vocab *v, int32_t id, bool special, char *buf,
+			     size_t cap);
+
+/* Streaming detokenizer: turns generated ids into text that is always whole
+ * UTF-8. Bytes of a character split over tokens (byte-fallback pieces <0xE2>
+ * <0x96> <0x81>, BPE bytes) wait for the token that completes it; an invalid
+ * sequence comes out as U+FFFD, one per maximal invalid subpart; control
+ * tokens add nothing. The caller owns the struct (it holds no pointers):
+ * zero-initialise it (or tkv_detok_reset) before the first token. Its fields
+ * are private. */
+struct tkv_detok {
+	unsigned char pend[8];
+	size_t n_pend;
+};
+/* Output room that makes tkv_detok_push succeed for every token of v. */
+size_t tkv_detok_min_cap(const struct tkv_vocab *v);
+/* Adds token id: writes the text it completes to out (cap bytes, caller's;
+ * not NUL-terminated) and returns the byte count (0 when it only completes
+ * part of a character), or TKV_ERR_ARG (bad id, or out too small: then d is
+ * unchanged). */
+int tkv_detok_push(const struct tkv_vocab *v, struct tkv_detok *d, int32_t id, char *out,
+		   size_t cap);
+/* At the end of a generation: emits U+FFFD for a character still incomplete
+ * (needs cap >= 3 then), resets d and returns the byte count written. */
+int tkv_detok_flush(struct tkv_detok *d, char *out, size_t cap);
+/* Forgets anything pending. */
+void tkv_detok_reset(struct tkv_detok *d);
+
+/* ---- sampling ------------------------------------------------------------
+ * Picks the next token from logits, in llama.cpp's default order: repetition
+ * penalty over the last repeat_last_n accepted tokens, top-k, top-p, min-p,
+ * temperature, then a draw from a PCG generator seeded by seed (the same seed
+ * and logits give the same tokens on every machine). temp 0 is greedy: the
+ * argmax, lowest id on ties, no draw. */
+struct tkv_sampler;
+
+struct tkv_sampler_params {
+	float temp;            /* 0 = greedy (0.8) */
+	int32_t top_k;         /* <= 0 = off (40) */
+	float top_p;           /* >= 1 = off (0.95) */
+	float min_p;           /* <= 0 = off (0.05) */
+	float repeat_penalty;  /* 1 = off (1.0) */
+	int32_t repeat_last_n; /* history length for the penalty (64) */
+	uint64_t seed;         /* (0xC0FFEE) */
+};
+
+struct tkv_sampler_params tkv_sampler_default_params(void);
+/* A sampler over n_vocab logits. *out is the caller's (free with
+ * tkv_sampler_free); a (may be NULL) must outlive it. TKV_ERR_ARG for
+ * out-of-range params (negative temp, top_p <= 0, min_p > 1, repeat_penalty
+ * <= 0, n_vocab < 1), TKV_ERR_NOMEM; then *out is NULL. */
+int tkv_sampler_init(struct tkv_sampler **out, const struct tkv_sampler_params *p, int32_t n_vocab,
+		     struct tkv_alloc *a, struct tkv_error *err);
+/* s may be NULL. */
+void tkv_sampler_free(struct tkv_sampler *s);
+/* The chosen id in [0, n_vocab). logits (n_vocab floats, borrowed) may be
+ * modified in place. NaN counts as -inf; all -inf gives 0. Does not record
+ * the id: call tkv_sampler_accept for that. */
+int32_t tkv_sampler_sample(struct tkv_sampler *s, float *logits);
+/* Records id in the repetition history (prompt tokens too). */
+void tkv_sampler_accept(struct tkv_sampler *s, int32_t id);
+/* Forgets the history and reseeds. */
+void tkv_sampler_reset(struct tkv_sampler *s, uint64_t seed);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+/* Tests keep a struct tkv_alloc on the stack and set its fail_at: they see
+ * its layout, which tierkv.h keeps private. */
+#include "util/alloc.h"
+
 /* Path of a model fixture: $TIERKV_MODELS/name if it exists, else the bundled
  * copy in models/. Returns a static buffer; NULL if neither exists. */
 const char *tu_model_path(const char *name);

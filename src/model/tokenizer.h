@@ -30,6 +30,18 @@ struct tok;
 
 enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
 
+/* tierkv.h's struct tkv_vocab is this tokenizer under its public name: nothing
+ * defines struct tkv_vocab, so a pointer to one is always a struct tok. */
+static inline const struct tok *tok_of_vocab(const struct tkv_vocab *v)
+{
+	return (const struct tok *)(const void *)v;
+}
+
+static inline const struct tkv_vocab *tok_vocab(const struct tok *t)
+{
+	return (const struct tkv_vocab *)(const void *)t;
+}
+
 /* Builds the tokenizer from the file's tokenizer.* keys. TKV_ERR_FORMAT with a
  * message when keys are missing or inconsistent (e.g. token_type length differs
  * from tokens), TKV_ERR_UNSUPPORTED for an unknown model/pre-tokenizer,

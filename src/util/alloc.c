@@ -115,3 +115,28 @@ char *tkv_strndup(struct tkv_alloc *a, const char *s, size_t len)
 	d[len] = 0;
 	return d;
 }
+
+/* ---- the public handle (tierkv.h) ------------------------------------------- */
+
+int tkv_alloc_init(struct tkv_alloc **out)
+{
+	*out = calloc(1, sizeof **out);
+	return *out ? TKV_OK : TKV_ERR_NOMEM;
+}
+
+void tkv_alloc_free(struct tkv_alloc *a)
+{
+	free(a);
+}
+
+void tkv_alloc_get_stats(const struct tkv_alloc *a, struct tkv_alloc_stats *out)
+{
+	struct tkv_alloc *m = (struct tkv_alloc *)a; /* atomic_load takes a non-const pointer in C11 */
+
+	memset(out, 0, sizeof *out);
+	if (!a)
+		return;
+	out->live = atomic_load(&m->live);
+	out->peak = atomic_load(&m->peak);
+	out->n_calls = (uint64_t)atomic_load(&m->n_calls);
+}
