@@ -93,7 +93,7 @@ static void add_ctx(struct tok *t, const struct srv_chat_tmpl *chat, uint32_t n_
 	struct fz_ctx *c = &ctxs[n_ctxs++];
 
 	CHECK(n_ctxs <= MAX_CTX);
-	c->api.tok = t;
+	c->api.vocab = tok_vocab(t);
 	c->api.chat = *chat;
 	c->api.n_ctx = n_ctx;
 	c->api.n_vocab = (uint32_t)tok_n_vocab(t);
@@ -287,7 +287,7 @@ static void check_gen(const struct fz_ctx *c, enum srv_kind kind, const struct s
 	for (const char *p = g->ignored; *p; p++)
 		CHECK(isalnum((unsigned char)*p) || *p == '_' || *p == '?' || *p == ',');
 
-	text = stream_text(c->api.tok, g->ids, g->n_prompt, &len);
+	text = stream_text(tok_of_vocab(c->api.vocab), g->ids, g->n_prompt, &len);
 	check_responses(kind, text, len, g);
 	free(text);
 }

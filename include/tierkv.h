@@ -37,6 +37,12 @@ enum tkv_status {
 /* Static string for a status; never NULL. */
 const char *tkv_status_str(int status);
 
+/* Static name of a GGUF tensor type number ("f32", "f16", "q8_0", "q4_k", ...),
+ * "?" when unknown. */
+const char *tkv_dtype_name(uint32_t type);
+/* Static name of the kernels this CPU runs: "avx2+vnni", "avx2" or "ref". */
+const char *tkv_kernel_name(void);
+
 struct tkv_error {
 	int status;
 	char msg[512];
@@ -91,7 +97,8 @@ struct tkv_model_info {
 	float rope_base;
 	float rope_scale;        /* linear position scaling factor (1 = none) */
 	float rms_eps;
-	uint32_t weight_type;    /* type of the attention query weights (enum tkv_dtype numbering) */
+	uint32_t weight_type;    /* type of the attention query weights (GGML's type numbers:
+				  * tkv_dtype_name gives the name) */
 	uint64_t n_params;
 	uint64_t file_bytes;
 };

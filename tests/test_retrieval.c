@@ -62,7 +62,7 @@ static int setup(void **state)
 			if (n > F.max_line)
 				F.max_line = n;
 		}
-	if (retr_corpus_init(&F.c, F.tok, (const char *const *)F.texts, F.lens, N_BOOKS, &F.alloc, &err))
+	if (retr_corpus_init(&F.c, tok_vocab(F.tok), (const char *const *)F.texts, F.lens, N_BOOKS, &F.alloc, &err))
 		fail_msg("%s", err.msg);
 	return 0;
 }
@@ -389,9 +389,9 @@ static void test_bad_requests(void **state)
 	assert_int_equal(retr_sample_make(F.c, RETR_COPY, 32, 0.5, 1, &s, &err), TKV_ERR_ARG);
 	assert_int_equal(retr_sample_make(F.c, RETR_NIAH, 1024, 1.5, 1, &s, &err), TKV_ERR_ARG);
 	assert_int_equal(retr_sample_make(F.c, RETR_NIAH, 1024, -0.1, 1, &s, &err), TKV_ERR_ARG);
-	assert_int_equal(retr_corpus_init(&c, F.tok, none, none_len, 1, NULL, &err), TKV_ERR_ARG);
+	assert_int_equal(retr_corpus_init(&c, tok_vocab(F.tok), none, none_len, 1, NULL, &err), TKV_ERR_ARG);
 	assert_null(c);
-	assert_int_equal(retr_corpus_init(&c, F.tok, few, few_len, 1, NULL, &err), TKV_ERR_ARG);
+	assert_int_equal(retr_corpus_init(&c, tok_vocab(F.tok), few, few_len, 1, NULL, &err), TKV_ERR_ARG);
 	assert_non_null(strstr(err.msg, "words"));
 	assert_null(c);
 	retr_corpus_free(NULL);
@@ -546,7 +546,7 @@ static void test_alloc_failures(void **state)
 		int st = TKV_OK;
 
 		a.fail_at = k;
-		st = retr_corpus_init(&c, F.tok, texts, lens, 2, &a, &err);
+		st = retr_corpus_init(&c, tok_vocab(F.tok), texts, lens, 2, &a, &err);
 		for (int t = 0; !st && t < RETR_TASK_COUNT; t++) {
 			struct retr_sample s;
 

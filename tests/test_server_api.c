@@ -26,7 +26,7 @@ static int setup(void **state)
 		return -1;
 	}
 	gguf_close(g);
-	api.tok = tok;
+	api.vocab = tok_vocab(tok);
 	api.n_ctx = 512;
 	api.n_vocab = (uint32_t)tok_n_vocab(tok);
 	api.max_tokens = 256;

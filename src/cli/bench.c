@@ -31,10 +31,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "model/gguf.h"
-#include "model/llama.h"
-#include "ops/dtype.h"
-#include "ops/ops.h"
 #include "util/status.h"
 #include "util/tpool.h"
 
@@ -292,27 +288,6 @@ static double bench_bandwidth(int n_threads)
 
 /* ---- bytes per token -------------------------------------------------------- */
 
-static uint64_t mat_bytes(const struct ops_mat *m)
-{
-	return (uint64_t)m->rows * m->row_bytes;
-}
-
-/* Bytes of weights one decoded token reads: every matrix, the norms, and one
- * row of the embedding. */
-static uint64_t bench_weight_bytes(const struct tkv_model *m)
-{
-	const struct tkv_model_info *in = &m->info;
-	uint64_t b = mat_bytes(&m->output) + m->tok_embd.row_bytes + (uint64_t)in->dim * 4 * (2 * in->n_layer + 1);
-
-	for (uint32_t l = 0; l < in->n_layer; l++) {
-		const struct llama_layer *L = &m->layers[l];
-
-		b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
-		     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
-	}
-	return b;
-}
-
 /* Streaming reads of this model's matrices: exactly the bytes a decoded
  * token reads, in their own memory (on this VM a fresh buffer can be faster
  * or slower than another by half, and the host's other tenants change it
@@ -332,22 +307,20 @@ static void bench_bw_free(struct bench_bw *b)
 
 static int bench_bw_init(struct bench_bw *b, const struct tkv_model *m, int n_threads)
 {
-	size_t n = (size_t)m->info.n_layer * 7 + 1;
+	size_t n = tkv_model_weight_spans(m, NULL, 0);
+	struct tkv_weight_span *spans = calloc(n, sizeof *spans);
 
 	memset(b, 0, sizeof *b);
 	b->segs = calloc(n, sizeof *b->segs);
-	if (!b->segs || tpool_init(&b->tp, n_threads, NULL, NULL) != TKV_OK) {
+	if (!spans || !b->segs || tpool_init(&b->tp, n_threads, NULL, NULL) != TKV_OK) {
+		free(spans);
 		bench_bw_free(b);
 		return -1;
 	}
-	for (uint32_t l = 0; l < m->info.n_layer; l++) {
-		const struct llama_layer *L = &m->layers[l];
-		const struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-
-		for (size_t i = 0; i < 7; i++)
-			b->segs[b->n_segs++] = (struct bw_seg){ mats[i]->data, (size_t)mat_bytes(mats[i]) };
-	}
-	b->segs[b->n_segs++] = (struct bw_seg){ m->output.data, (size_t)mat_bytes(&m->output) };
+	tkv_model_weight_spans(m, spans, n);
+	for (size_t i = 0; i < n; i++)
+		b->segs[b->n_segs++] = (struct bw_seg){ spans[i].data, spans[i].bytes };
+	free(spans);
 	return 0;
 }
 
@@ -355,16 +328,6 @@ static int bench_bw_init(struct bench_bw *b, const struct tkv_model *m, int n_th
 static double bench_bw_measure(const struct bench_bw *b, int passes)
 {
 	return b && b->tp ? bw_measure(b->tp, b->segs, b->n_segs, passes) : 0.0;
-}
-
-static uint64_t bench_file_weight_bytes(const struct tkv_model *m)
-{
-	const struct gguf_file *g = llama_gguf(m);
-	uint64_t b = 0;
-
-	for (uint64_t i = 0; i < gguf_n_tensors(g); i++)
-		b += gguf_tensor_at(g, i)->nbytes;
-	return b;
 }
 
 /* ---- running tests ------------------------------------------------------------ */
@@ -472,8 +435,11 @@ static int bench_test(const struct tkv_seq *base, const struct tkv_model *m,
 		      const struct bench_bw *b, double weight_bytes, struct bench_result *r, struct tkv_error *err)
 {
 	struct bench_run run;
+	struct tkv_model_info info;
 	double sum = 0.0, ss = 0.0, kv = 0.0, f = 0.0, bws = 0.0;
 	int st;
+
+	tkv_model_get_info(m, &info);
 
 	r->n_prompt = n_prompt;
 	r->n_gen = n_gen;
@@ -484,13 +450,13 @@ static int bench_test(const struct tkv_seq *base, const struct tkv_model *m,
 	if (r->depth)
 		snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%ld", r->depth);
 	/* warm-up (llama-bench does one too): pages in the weights, wakes threads */
-	if ((st = bench_once(base, m->info.n_vocab, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
+	if ((st = bench_once(base, info.n_vocab, n_prompt, n_gen ? (n_gen < 16 ? n_gen : 16) : 0, ids, logits,
 			     &run, err)))
 		return st;
 	for (long i = 0; i < o->reps; i++) {
 		double bw = n_gen && b ? bench_bw_measure(b, BENCH_BW_RUN_PASSES) : 0.0;
 
-		if ((st = bench_once(base, m->info.n_vocab, n_prompt, n_gen, ids, logits, &run, err)))
+		if ((st = bench_once(base, info.n_vocab, n_prompt, n_gen, ids, logits, &run, err)))
 			return st;
 		r->bw[r->n_reps] = bw;
 		r->ts[r->n_reps++] = run.rate;
@@ -530,7 +496,7 @@ static void bench_json(FILE *f, const struct tkv_model_info *in, const struct be
 		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", "
 		"\"kv_policy\": \"%s\", \"kv_budget\": %g, \"test\": \"%s\", "
 		"\"n_prompt\": %ld, \"n_gen\": %ld, \"n_depth\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
-		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, ops_kernel_name(),
+		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, tkv_kernel_name(),
 		o->threads, o->batch, o->ep.kv_type == TKV_KV_F32 ? "f32" : "f16", tkv_policy_name(r->policy), r->budget,
 		r->test, r->n_prompt, r->n_gen, r->depth, r->mean, r->sd);
 	for (int i = 0; i < r->n_reps; i++)
@@ -570,7 +536,10 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 	struct tkv_engine_params ep = o->ep;
 	struct tkv_engine *e = NULL;
 	size_t kv_tok = tkv_model_kv_bytes_per_token(m);
+	struct tkv_model_info info;
 	int st = TKV_OK;
+
+	tkv_model_get_info(m, &info);
 
 	ep.kv.policy = pol;
 	ep.kv.seq_budget = 0;
@@ -591,14 +560,14 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 			r->policy = pol;
 			r->budget = budget;
 			r->depth = d;
-			if ((st = bench_fill(e, m->info.n_vocab, d, cap, ids, &base, err)))
+			if ((st = bench_fill(e, info.n_vocab, d, cap, ids, &base, err)))
 				break;
 			/* like kv_bytes, the mean of the run's start and end */
 			r->kv_full = (double)kv_tok * ((double)d + (double)(np + ng) / 2.0);
 			st = bench_test(base, m, o, np, ng, ids, logits, bwm, wbytes, r, err);
 			tkv_seq_free(base);
 			if (!st) {
-				bench_emit(jf, &m->info, o, type_name, fbytes, bw, bw_fresh, r);
+				bench_emit(jf, &info, o, type_name, fbytes, bw, bw_fresh, r);
 				(*n_res)++;
 			}
 		}
@@ -611,6 +580,7 @@ int cli_bench(int argc, char **argv)
 {
 	struct bench_opts o;
 	struct tkv_model *m = NULL;
+	struct tkv_model_info info;
 	struct tkv_model_params mp = tkv_model_default_params();
 	struct tkv_error err = { 0 };
 	struct bench_result *res = NULL;
@@ -648,7 +618,8 @@ int cli_bench(int argc, char **argv)
 	}
 	if ((st = tkv_model_load(&m, o.model, &mp, &err)))
 		goto fail;
-	if ((rc = cli_check_layer_plan("bench", &o.ep, &m->info)))
+	tkv_model_get_info(m, &info);
+	if ((rc = cli_check_layer_plan("bench", &o.ep, &info)))
 		goto out;
 	rc = CLI_ERR;
 	if (!o.no_bw && bench_bw_init(&bwm, m, (int)o.threads) == 0)
@@ -657,18 +628,18 @@ int cli_bench(int argc, char **argv)
 	o.ep.n_batch = (uint32_t)o.batch;
 	o.ep.n_ctx = (uint32_t)max_len;
 	ids = malloc((size_t)(max_depth > o.n_prompt ? max_depth : o.n_prompt) * sizeof *ids + sizeof *ids);
-	logits = malloc((size_t)m->info.n_vocab * sizeof *logits);
+	logits = malloc((size_t)info.n_vocab * sizeof *logits);
 	res = calloc((size_t)o.n_depths * 2 * o.n_pol * o.n_bud, sizeof *res);
 	if (!ids || !logits || !res) {
 		fprintf(stderr, "tierkv bench: out of memory\n");
 		goto out;
 	}
-	wbytes = bench_weight_bytes(m);
-	fbytes = bench_file_weight_bytes(m);
-	snprintf(type_name, sizeof type_name, "%s", tkv_dtype_name(m->info.weight_type));
+	wbytes = tkv_model_token_weight_bytes(m);
+	fbytes = tkv_model_file_tensor_bytes(m);
+	snprintf(type_name, sizeof type_name, "%s", tkv_dtype_name(info.weight_type));
 	fprintf(stderr, "tierkv bench: %s (%s, %s), %ld threads, kernels %s, memory bandwidth %.2f GB/s reading the "
 		"weights (%.2f GB/s a fresh buffer), %.1f MB of weights read per token\n", o.model, type_name,
-		cli_fmt_bytes(b1, sizeof b1, (double)fbytes), o.threads, ops_kernel_name(), bw / 1e9, bw_fresh / 1e9,
+		cli_fmt_bytes(b1, sizeof b1, (double)fbytes), o.threads, tkv_kernel_name(), bw / 1e9, bw_fresh / 1e9,
 		wbytes / 1e6);
 
 	for (size_t pi = 0; pi < o.n_pol; pi++)
@@ -696,8 +667,8 @@ int cli_bench(int argc, char **argv)
 				snprintf(skip, sizeof skip, "%.0f%%",
 					 100.0 * (double)r->pages_skipped / (double)(r->pages_read + r->pages_skipped));
 			printf("| llama %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
-			       m->info.name[0] ? m->info.name : "?", type_name, cli_fmt_bytes(b2, sizeof b2, (double)fbytes),
-			       ops_kernel_name(), o.threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
+			       info.name[0] ? info.name : "?", type_name, cli_fmt_bytes(b2, sizeof b2, (double)fbytes),
+			       tkv_kernel_name(), o.threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
 			       lim, frac, cli_fmt_bytes(kv, sizeof kv, r->kv_bytes),
 			       r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0, skip,
 			       cli_fmt_bytes(rss, sizeof rss, (double)r->peak_rss));

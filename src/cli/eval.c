@@ -39,8 +39,6 @@
 #include "cli/plot.h"
 #include "eval/metrics.h"
 #include "eval/run.h"
-#include "model/llama.h"
-#include "model/tokenizer.h"
 #include "util/status.h"
 
 #define EVAL_MAX_FILES 256
@@ -735,7 +733,7 @@ static int write_plot(const char *path, const struct eval_row *rows, size_t n_ro
 
 static int load_text(struct eval_ctx *x, const char *path, struct eval_text *t)
 {
-	const struct tok *tok = llama_tokenizer(x->m);
+	const struct tkv_vocab *voc = tkv_model_vocab(x->m);
 	size_t len, n = 0;
 	char *text = cli_read_file(path, &len);
 	int st;
@@ -744,21 +742,21 @@ static int load_text(struct eval_ctx *x, const char *path, struct eval_text *t)
 	t->path = path;
 	if (!text)
 		return CLI_ERR;
-	tok_encode(tok, text, len, tok_add_bos(tok), false, NULL, 0, &n);
+	tkv_vocab_tokenize(voc, text, len, tkv_vocab_add_bos(voc), false, NULL, 0, &n);
 	if (n < 2) {
 		fprintf(stderr, "tierkv eval: %s has no tokens to predict\n", path);
 		free(text);
 		return CLI_ERR;
 	}
 	t->ids = malloc(n * sizeof *t->ids);
-	if (!t->ids || (st = tok_encode(tok, text, len, tok_add_bos(tok), false, t->ids, n, &n))) {
+	if (!t->ids || (st = tkv_vocab_tokenize(voc, text, len, tkv_vocab_add_bos(voc), false, t->ids, n, &n))) {
 		fprintf(stderr, "tierkv eval: cannot tokenize %s\n", path);
 		free(text);
 		return CLI_ERR;
 	}
 	free(text);
 	t->n = n < x->n_ctx ? n : x->n_ctx;
-	t->start = tok_add_bos(tok) && tok_bos(tok) >= 0 && t->ids[0] == tok_bos(tok);
+	t->start = tkv_vocab_add_bos(voc) && tkv_vocab_bos(voc) >= 0 && t->ids[0] == tkv_vocab_bos(voc);
 	if (n > x->n_ctx)
 		fprintf(stderr, "tierkv eval: %s: %zu tokens, cut to the context of %u\n", path, n, x->n_ctx);
 	return CLI_OK;

@@ -27,7 +27,6 @@
 #include "cli/plot.h"
 #include "eval/retrieval.h"
 #include "eval/run.h"
-#include "model/llama.h"
 #include "util/status.h"
 
 #define RQ_MAX_FILES 256
@@ -569,7 +568,7 @@ static int load_corpus(struct rq_ctx *x)
 		if (!(texts[i] = cli_read_file(o->files[i], &lens[i])))
 			rc = CLI_ERR;
 	if (rc == CLI_OK &&
-	    (st = retr_corpus_init(&x->corpus, llama_tokenizer(x->m), (const char *const *)texts, lens, o->n_files,
+	    (st = retr_corpus_init(&x->corpus, tkv_model_vocab(x->m), (const char *const *)texts, lens, o->n_files,
 				   NULL, &err))) {
 		fprintf(stderr, "tierkv eval: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
 		rc = CLI_ERR;

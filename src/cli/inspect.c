@@ -4,7 +4,6 @@
 
 #include "cli/cli.h"
 #include "model/gguf.h"
-#include "ops/dtype.h"
 #include "tierkv.h"
 
 static void inspect_help(void)

@@ -9,11 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "model/llama.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
 #include "util/status.h"
-#include "util/tpool.h"
 
 static void run_help(void)
 {
@@ -46,7 +42,7 @@ struct run_opts {
 	long n_predict;
 	int ignore_eos;
 	int kv_stats;
-	struct samp_params sp;
+	struct tkv_sampler_params sp;
 	int seed_set;
 	struct tkv_engine_params ep;
 };
@@ -60,7 +56,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 
 	memset(o, 0, sizeof *o);
 	o->n_predict = -1;
-	o->sp = samp_default_params();
+	o->sp = tkv_sampler_default_params();
 	o->ep = tkv_engine_default_params();
 	for (; a.i < argc; a.i++) {
 		const char *s = argv[a.i];
@@ -145,11 +141,11 @@ int cli_run(int argc, char **argv)
 	struct tkv_model *m = NULL;
 	struct tkv_engine *e = NULL;
 	struct tkv_seq *seq = NULL;
-	struct samp *smp = NULL;
+	struct tkv_sampler *smp = NULL;
 	struct tkv_error err = { 0 };
 	struct tkv_model_info info;
-	struct tok_stream ts = { 0 };
-	const struct tok *tok;
+	struct tkv_detok ts = { { 0 }, 0 };
+	const struct tkv_vocab *voc;
 	char *prompt_buf = NULL, *piece = NULL;
 	size_t piece_cap = 0;
 	const char *prompt = "";
@@ -183,13 +179,13 @@ int cli_run(int argc, char **argv)
 	if ((rc = cli_check_layer_plan("run", &o.ep, &info)))
 		goto out;
 	rc = CLI_ERR;
-	tok = llama_tokenizer(m);
+	voc = tkv_model_vocab(m);
 	if ((st = tkv_engine_init(&e, m, &o.ep, &err)) || (st = tkv_seq_init(&seq, e, &err)) ||
-	    (st = samp_init(&smp, &o.sp, (int32_t)info.n_vocab, NULL, &err)))
+	    (st = tkv_sampler_init(&smp, &o.sp, (int32_t)info.n_vocab, NULL, &err)))
 		goto fail;
 
 	/* tokenize: ask for the size first, then encode */
-	tok_encode(tok, prompt, prompt_len, tok_add_bos(tok), true, NULL, 0, &n_prompt);
+	tkv_vocab_tokenize(voc, prompt, prompt_len, tkv_vocab_add_bos(voc), true, NULL, 0, &n_prompt);
 	if (n_prompt == 0) {
 		fprintf(stderr, "tierkv run: the prompt is empty and the model has no BOS token to start from\n");
 		rc = CLI_USAGE;
@@ -197,13 +193,13 @@ int cli_run(int argc, char **argv)
 	}
 	ids = malloc(n_prompt * sizeof *ids);
 	logits = malloc((size_t)info.n_vocab * sizeof *logits);
-	piece_cap = tok_stream_min_cap(tok);
+	piece_cap = tkv_detok_min_cap(voc);
 	piece = malloc(piece_cap);
 	if (!ids || !logits || !piece) {
 		fprintf(stderr, "tierkv run: out of memory\n");
 		goto out;
 	}
-	if ((st = tok_encode(tok, prompt, prompt_len, tok_add_bos(tok), true, ids, n_prompt, &n_prompt))) {
+	if ((st = tkv_vocab_tokenize(voc, prompt, prompt_len, tkv_vocab_add_bos(voc), true, ids, n_prompt, &n_prompt))) {
 		tkv_errf(&err, st, "cannot tokenize the prompt");
 		goto fail;
 	}
@@ -224,21 +220,21 @@ int cli_run(int argc, char **argv)
 	fflush(stdout);
 	strip_space = prompt_len == 0;
 	for (size_t i = 0; i < n_prompt; i++)
-		samp_accept(smp, ids[i]);
+		tkv_sampler_accept(smp, ids[i]);
 
 	t0 = cli_now();
 	if ((st = tkv_seq_decode(seq, ids, n_prompt, logits, 0, &err)))
 		goto fail;
 	t1 = cli_now();
 	while (o.n_predict < 0 || (long)n_gen < o.n_predict) {
-		int32_t id = samp_sample(smp, logits);
+		int32_t id = tkv_sampler_sample(smp, logits);
 		int n;
 
-		if (tok_is_eog(tok, id) && !o.ignore_eos)
+		if (tkv_vocab_is_eog(voc, id) && !o.ignore_eos)
 			break;
-		samp_accept(smp, id);
+		tkv_sampler_accept(smp, id);
 		n_gen++;
-		n = tok_stream_push(tok, &ts, id, piece, piece_cap);
+		n = tkv_detok_push(voc, &ts, id, piece, piece_cap);
 		if (n > 0) {
 			const char *p = piece;
 
@@ -265,7 +261,7 @@ int cli_run(int argc, char **argv)
 		}
 	}
 	{
-		int n = tok_stream_flush(&ts, piece, piece_cap);
+		int n = tkv_detok_flush(&ts, piece, piece_cap);
 
 		if (n > 0 && out_write(piece, (size_t)n))
 			goto write_fail;
@@ -310,7 +306,7 @@ out:
 	free(piece);
 	free(logits);
 	free(prompt_buf);
-	samp_free(smp);
+	tkv_sampler_free(smp);
 	tkv_seq_free(seq);
 	tkv_engine_free(e);
 	tkv_model_free(m);

@@ -5,8 +5,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
 #include "util/status.h"
 
 static void tokenize_help(void)
@@ -30,8 +28,7 @@ int cli_tokenize(int argc, char **argv)
 	struct cli_args a = { argc, argv, 1, "tokenize" };
 	const char *model = NULL, *text = NULL, *file = NULL;
 	int ids_only = 0, bos = 1, special = 1, rc = CLI_ERR, st;
-	struct gguf_file *g = NULL;
-	struct tok *t = NULL;
+	struct tkv_vocab *v = NULL;
 	struct tkv_error err = { 0 };
 	char *buf = NULL;
 	size_t len = 0, n = 0;
@@ -75,15 +72,15 @@ int cli_tokenize(int argc, char **argv)
 	} else {
 		len = strlen(text);
 	}
-	if ((st = gguf_open(&g, model, NULL, &err)) || (st = tok_init(&t, g, NULL, &err)))
+	if ((st = tkv_vocab_load(&v, model, NULL, &err)))
 		goto fail;
-	tok_encode(t, text, len, bos && tok_add_bos(t), special, NULL, 0, &n);
+	tkv_vocab_tokenize(v, text, len, bos && tkv_vocab_add_bos(v), special, NULL, 0, &n);
 	ids = malloc((n ? n : 1) * sizeof *ids);
 	if (!ids) {
 		tkv_errf(&err, TKV_ERR_NOMEM, "out of memory for %zu tokens", n);
 		goto fail;
 	}
-	if ((st = tok_encode(t, text, len, bos && tok_add_bos(t), special, ids, n, &n))) {
+	if ((st = tkv_vocab_tokenize(v, text, len, bos && tkv_vocab_add_bos(v), special, ids, n, &n))) {
 		tkv_errf(&err, st, "cannot tokenize the text");
 		goto fail;
 	}
@@ -95,7 +92,7 @@ int cli_tokenize(int argc, char **argv)
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			size_t plen = 0;
-			const char *p = tok_piece(t, ids[i], &plen);
+			const char *p = tkv_vocab_token_text(v, ids[i], &plen);
 
 			printf("%6d -> '%.*s'\n", ids[i], (int)plen, p ? p : "");
 		}
@@ -107,7 +104,6 @@ fail:
 out:
 	free(ids);
 	free(buf);
-	tok_free(t);
-	gguf_close(g);
+	tkv_vocab_free(v);
 	return rc;
 }

@@ -12,7 +12,13 @@
 #include "model/llama.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
+#include "ops/ops.h"
 #include "util/status.h"
+
+const char *tkv_kernel_name(void)
+{
+	return ops_kernel_name();
+}
 
 /* ---- model metadata and weights ------------------------------------------------ */
 

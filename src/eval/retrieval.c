@@ -333,7 +333,7 @@ static int collect_words(struct retr_corpus *c, struct tkv_error *err)
 	return TKV_OK;
 }
 
-int retr_corpus_init(struct retr_corpus **out, const struct tok *t, const char *const *texts, const size_t *lens,
+int retr_corpus_init(struct retr_corpus **out, const struct tkv_vocab *v, const char *const *texts, const size_t *lens,
 		     size_t n, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct retr_corpus *c;
@@ -348,7 +348,7 @@ int retr_corpus_init(struct retr_corpus **out, const struct tok *t, const char *
 	}
 	if (!(c = tkv_calloc(a, 1, sizeof *c)))
 		return tkv_errf(err, TKV_ERR_NOMEM, "retrieval: out of memory");
-	c->tok = t;
+	c->tok = tok_of_vocab(v);
 	c->alloc = a;
 	c->n_files = n;
 	c->text = tkv_malloc(a, total + 1);

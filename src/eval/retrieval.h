@@ -40,7 +40,6 @@
 
 #include "tierkv.h"
 
-struct tok;
 
 #define RETR_MAX_NEEDLES 4
 #define RETR_KEY_MAX 24        /* a key: up to two 10-letter words, '-', NUL */
@@ -114,10 +113,10 @@ int retr_task_find(const char *name);
 /* Builds the corpus from n texts (borrowed for the call; lens[i] bytes each,
  * any bytes): their lines, their sentences (lines split after '.', '?' or
  * '!' and a space) and the distinct lowercase words of 4-10 letters (the
- * keys). t is borrowed and must outlive the corpus. TKV_ERR_ARG (with a
+ * keys). The vocabulary v is borrowed and must outlive the corpus. TKV_ERR_ARG (with a
  * message) when the texts have no line, or fewer than 8 such words;
  * TKV_ERR_NOMEM. */
-int retr_corpus_init(struct retr_corpus **out, const struct tok *t, const char *const *texts, const size_t *lens,
+int retr_corpus_init(struct retr_corpus **out, const struct tkv_vocab *v, const char *const *texts, const size_t *lens,
 		     size_t n, struct tkv_alloc *a, struct tkv_error *err);
 void retr_corpus_free(struct retr_corpus *c);
 

@@ -154,7 +154,7 @@ static int tokenize(const struct srv_api_ctx *c, const char *text, size_t len, s
 	size_t n = 0;
 	int st;
 
-	st = tok_encode(c->tok, text, len, tok_add_bos(c->tok), true, NULL, 0, &n);
+	st = tkv_vocab_tokenize(c->vocab, text, len, tkv_vocab_add_bos(c->vocab), true, NULL, 0, &n);
 	if (st == TKV_ERR_NOMEM)
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
 	if (n == 0)
@@ -164,7 +164,7 @@ static int tokenize(const struct srv_api_ctx *c, const char *text, size_t len, s
 				"the prompt is %zu tokens but the context holds %u (leave room to generate)", n, c->n_ctx);
 	if (!(g->ids = tkv_malloc(g->alloc, n * sizeof *g->ids)))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory");
-	if ((st = tok_encode(c->tok, text, len, tok_add_bos(c->tok), true, g->ids, n, &n)))
+	if ((st = tkv_vocab_tokenize(c->vocab, text, len, tkv_vocab_add_bos(c->vocab), true, g->ids, n, &n)))
 		return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "cannot tokenize the prompt (%s)",
 				tkv_status_str(st));
 	g->n_prompt = n;
@@ -341,7 +341,7 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 
 	memset(g, 0, sizeof *g);
 	g->kind = kind;
-	g->sp = samp_default_params();
+	g->sp = tkv_sampler_default_params();
 	g->alloc = c->alloc;
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
 	/* jansson reports out of memory with its code, or - when its lexer cannot

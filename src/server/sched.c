@@ -100,7 +100,7 @@ static void req_free(struct srv_req *r)
 	srv_gen_free(&r->gen);
 	srv_buf_free(&r->text);
 	srv_buf_free(&r->raw);
-	samp_free(r->smp);
+	tkv_sampler_free(r->smp);
 	tkv_free(r->srv->alloc, r->logits);
 	tkv_free(r->srv->alloc, r->ctx);
 	tkv_free(r->srv->alloc, r->counts);
@@ -372,10 +372,10 @@ static int admit(struct srv *s, struct srv_req *r)
 		if ((g->freq_penalty != 0 || g->presence_penalty != 0) && !r->counts &&
 		    !(r->counts = tkv_calloc(s->alloc, s->info.n_vocab, sizeof *r->counts)))
 			return -1;
-		if (samp_init(&r->smp, &g->sp, (int32_t)s->info.n_vocab, s->alloc, &err))
+		if (tkv_sampler_init(&r->smp, &g->sp, (int32_t)s->info.n_vocab, s->alloc, &err))
 			return -1;
 		for (size_t i = 0; i < g->n_prompt; i++)
-			samp_accept(r->smp, g->ids[i]);
+			tkv_sampler_accept(r->smp, g->ids[i]);
 		r->pred_out = srv_pred_out(&s->pred, g->max_tokens);
 		r->pred_len = (uint32_t)g->n_prompt + r->pred_out;
 	}
@@ -466,7 +466,7 @@ struct sched_ctx {
 	struct tkv_batch_item *items;
 	struct srv_req **ireq;      /* request of each item */
 	size_t cap;
-	char *piece;                /* detokenizer output, tok_stream_min_cap bytes */
+	char *piece;                /* detokenizer output, tkv_detok_min_cap bytes */
 	size_t piece_cap;
 	uint64_t tokens_this_step;
 };
@@ -475,7 +475,7 @@ struct sched_ctx {
  * out as U+FFFD. Returns f. */
 static enum srv_finish flush(struct sched_ctx *c, struct srv_req *r, enum srv_finish f)
 {
-	int n = tok_stream_flush(&r->ts, c->piece, c->piece_cap);
+	int n = tkv_detok_flush(&r->ts, c->piece, c->piece_cap);
 
 	if (n > 0 && srv_buf_add(&r->raw, c->piece, (size_t)n))
 		return SRV_FIN_ERROR;
@@ -496,15 +496,15 @@ static enum srv_finish sample(struct srv *s, struct sched_ctx *c, struct srv_req
 			if (r->counts[i])
 				lg[i] -= g->freq_penalty * (float)r->counts[i] + g->presence_penalty;
 	}
-	id = samp_sample(r->smp, lg);
-	if (tok_is_eog(s->tok, id) && !g->ignore_eos)
+	id = tkv_sampler_sample(r->smp, lg);
+	if (tkv_vocab_is_eog(s->vocab, id) && !g->ignore_eos)
 		return flush(c, r, SRV_FIN_STOP);
-	samp_accept(r->smp, id);
+	tkv_sampler_accept(r->smp, id);
 	r->ctx[g->n_prompt + r->n_gen++] = id;
 	if (r->counts)
 		r->counts[id]++;
 	c->tokens_this_step++;
-	n = tok_stream_push(s->tok, &r->ts, id, c->piece, c->piece_cap);
+	n = tkv_detok_push(s->vocab, &r->ts, id, c->piece, c->piece_cap);
 	if (n > 0 && srv_buf_add(&r->raw, c->piece, (size_t)n))
 		return SRV_FIN_ERROR;
 	if (stop_scan(r, safe))
@@ -761,7 +761,7 @@ int srv_sched_start(struct srv *s)
 
 	if (!c)
 		return -1;
-	c->piece_cap = tok_stream_min_cap(s->tok);
+	c->piece_cap = tkv_detok_min_cap(s->vocab);
 	if (c->piece_cap < 256)
 		c->piece_cap = 256;
 	s->sched = c;

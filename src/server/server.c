@@ -6,8 +6,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
-#include "model/llama.h"
 #include "server/srv_impl.h"
 
 struct srv_params srv_default_params(void)
@@ -32,10 +30,11 @@ struct srv_params srv_default_params(void)
  * when it is a known family, else the plain fallback. */
 static int pick_template(struct srv *s, struct srv_chat_tmpl *t)
 {
-	const struct gguf_kv *kv = gguf_find(llama_gguf(s->model), "tokenizer.chat_template");
-	int32_t eos = tok_eos(s->tok);
+	size_t tmpl_len = 0;
+	const char *tmpl = tkv_model_chat_template(s->model, &tmpl_len);
+	int32_t eos = tkv_vocab_eos(s->vocab);
 	size_t n = 0;
-	const char *piece = eos >= 0 ? tok_piece(s->tok, eos, &n) : NULL;
+	const char *piece = eos >= 0 ? tkv_vocab_token_text(s->vocab, eos, &n) : NULL;
 
 	memset(t, 0, sizeof *t);
 	if (piece && n < sizeof t->eos)
@@ -49,12 +48,12 @@ static int pick_template(struct srv *s, struct srv_chat_tmpl *t)
 		return 0;
 	}
 	t->sys_tags = true;
-	if (kv && kv->type == GGUF_TYPE_STRING) {
-		int f = srv_chat_detect(kv->v.str.ptr, kv->v.str.len);
+	if (tmpl) {
+		int f = srv_chat_detect(tmpl, tmpl_len);
 
 		if (f >= 0) {
 			t->fmt = (enum srv_chat_fmt)f;
-			if (f == SRV_CHAT_LLAMA2 && !srv_chat_detect_sys(kv->v.str.ptr, kv->v.str.len))
+			if (f == SRV_CHAT_LLAMA2 && !srv_chat_detect_sys(tmpl, tmpl_len))
 				t->sys_tags = false;
 			return 0;
 		}
@@ -109,11 +108,11 @@ int srv_start(struct srv **out, const struct srv_params *p)
 		goto fail;
 	}
 	tkv_model_get_info(s->model, &s->info);
-	s->tok = llama_tokenizer(s->model);
+	s->vocab = tkv_model_vocab(s->model);
 	s->n_ctx = p->ep.n_ctx ? p->ep.n_ctx : s->info.n_ctx_train;
 	model_id(s);
 	s->started = (long)time(NULL);
-	s->api.tok = s->tok;
+	s->api.vocab = s->vocab;
 	s->api.n_ctx = s->n_ctx;
 	s->api.n_vocab = s->info.n_vocab;
 	s->api.max_tokens = (uint32_t)p->max_tokens;

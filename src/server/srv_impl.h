@@ -18,8 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/sampler.h"
-#include "model/tokenizer.h"
 #include "server/srv.h"
 #include "tierkv.h"
 
@@ -91,7 +89,7 @@ struct srv_gen {
 	int32_t *ids;            /* prompt tokens (n_prompt) */
 	size_t n_prompt;
 	uint32_t max_tokens;     /* after clamping to the context */
-	struct samp_params sp;
+	struct tkv_sampler_params sp;
 	float freq_penalty, presence_penalty;  /* OpenAI's, applied to generated tokens */
 	char *stop[SRV_MAX_STOP];
 	size_t stop_len[SRV_MAX_STOP];
@@ -115,7 +113,7 @@ int srv_errf(struct srv_err *e, int http, const char *type, const char *code, co
 
 /* What request parsing needs to know about the model and the limits. */
 struct srv_api_ctx {
-	const struct tok *tok;
+	const struct tkv_vocab *vocab;
 	struct srv_chat_tmpl chat;
 	uint32_t n_ctx;          /* tokens per sequence */
 	uint32_t n_vocab;
@@ -207,8 +205,8 @@ struct srv_req {
 
 	/* scheduler-owned */
 	struct tkv_seq *seq;
-	struct samp *smp;
-	struct tok_stream ts;
+	struct tkv_sampler *smp;
+	struct tkv_detok ts;
 	float *logits;            /* (n_vocab) */
 	int32_t *ctx;             /* (n_prompt + max_tokens) prompt then generated ids */
 	uint32_t n_gen;           /* generated tokens in ctx */
@@ -257,7 +255,7 @@ struct srv {
 	struct tkv_alloc *alloc;      /* p.ep.alloc: the model's, the engine's and the server's own memory */
 	struct tkv_model *model;
 	struct tkv_engine *engine;
-	const struct tok *tok;
+	const struct tkv_vocab *vocab;
 	struct tkv_model_info info;
 	uint32_t n_ctx;
 	char model_id[128];
