@@ -4,6 +4,9 @@ set -eu
 need=()
 command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)
+# the public API's tests: tierkv.h as C++17, examples/ built with tierkv.pc
+command -v g++ >/dev/null || need+=(g++)
+command -v pkg-config >/dev/null || need+=(pkgconf)
 [ -f /usr/include/cmocka.h ] || need+=(libcmocka-dev)
 # tierkv serve: HTTP server and JSON libraries; curl for its tests
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
