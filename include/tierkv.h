@@ -8,6 +8,14 @@
  *  - x_init()/x_free() pairs; x_free(NULL) is a no-op.
  *  - Options travel in params structs made by x_default_params().
  *  - Ownership is stated in each comment: borrowed, transferred or invalidated.
+ *    In short: what x_init / x_load return through **out is the caller's and
+ *    goes back through x_free; pointers a function returns are borrowed from
+ *    the object they came from and live as long as it; buffers the caller
+ *    passes in are only read or written during the call; strings returned
+ *    without an object (names, status) are static.
+ *  - Thread safety: a model and a vocabulary are read-only once loaded and may
+ *    be shared by threads; an engine, its sequences and a sampler are used by
+ *    one thread at a time; an allocator may be shared.
  */
 #ifndef TIERKV_H
 #define TIERKV_H
@@ -79,7 +87,8 @@ void tkv_alloc_get_stats(const struct tkv_alloc *a, struct tkv_alloc_stats *out)
 struct tkv_model;
 
 struct tkv_model_params {
-	struct tkv_alloc *alloc;   /* counting allocator; NULL = uncounted */
+	struct tkv_alloc *alloc;   /* counting allocator (borrowed: must outlive the model);
+				    * NULL = uncounted */
 };
 
 struct tkv_model_info {
@@ -104,11 +113,16 @@ struct tkv_model_info {
 };
 
 struct tkv_model_params tkv_model_default_params(void);
-/* Loads and validates the model at path. On failure *out is NULL and err says
- * what is wrong and where (file, tensor, key, byte offset). */
+/* Loads and validates the model at path (mapped read-only; the weights stay in
+ * the mapping). *out is the caller's: free it with tkv_model_free after every
+ * engine that uses it. On failure *out is NULL and err says what is wrong and
+ * where (file, tensor, key, byte offset). p may be NULL (defaults). */
 int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_model_params *p,
 		   struct tkv_error *err);
+/* Unmaps the file and frees the model: every pointer borrowed from it (vocabulary,
+ * metadata strings, weight spans) is invalid afterwards. m may be NULL. */
 void tkv_model_free(struct tkv_model *m);
+/* Copies the hyperparameters into out (the caller's). */
 void tkv_model_get_info(const struct tkv_model *m, struct tkv_model_info *out);
 /* K+V bytes one token costs over all layers with full-precision f16 storage. */
 size_t tkv_model_kv_bytes_per_token(const struct tkv_model *m);
@@ -204,6 +218,7 @@ struct tkv_kv_policy_params tkv_kv_policy_default_params(void);
 /* "quality" | "balanced" | "memory": hot 0.4 / 0.3 / 0.2 (memory: semantic
  * completion on). TKV_ERR_ARG for an unknown name. */
 int tkv_kv_preset(struct tkv_kv_policy_params *p, const char *name);
+/* Static name ("tiered", ...); the parse functions take the same names. */
 const char *tkv_policy_name(enum tkv_policy p);
 /* -1 for an unknown name. */
 int tkv_policy_parse(const char *name);
@@ -292,16 +307,22 @@ struct tkv_kv_stats {
 };
 
 struct tkv_engine_params tkv_engine_default_params(void);
-/* The engine borrows the model, which must outlive it. */
+/* *out is the caller's (free with tkv_engine_free). The engine borrows the
+ * model and p->alloc, which must outlive it; p is copied. */
 int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct tkv_engine_params *p,
 		    struct tkv_error *err);
-/* Every sequence must have been freed first. */
+/* Every sequence must have been freed first. e may be NULL. */
 void tkv_engine_free(struct tkv_engine *e);
+/* A snapshot of the pool's figures into out (the caller's). */
 void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out);
 
+/* A new, empty sequence of e: *out is the caller's (free with tkv_seq_free
+ * before the engine). TKV_ERR_NOMEM. */
 int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *err);
+/* Returns the sequence's pages to the pool. s may be NULL. */
 void tkv_seq_free(struct tkv_seq *s);
-/* A new sequence of the same engine holding a copy of src's tokens and cache
+/* *out (the caller's, like tkv_seq_init's): a new sequence of the same engine
+ * holding a copy of src's tokens and cache
  * (shared prefix pages stay shared; the copy counts against --kv-mem). The two
  * then go their own ways. TKV_ERR_KV_FULL when the budget cannot hold the copy. */
 int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_error *err);
@@ -325,8 +346,8 @@ int tkv_seq_reuse_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, size_t
 /* After the prompt ids[0..n) were decoded: offers the sequence's pages of the
  * prompt to the prefix cache so later sequences can share them. */
 int tkv_seq_publish_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, struct tkv_error *err);
-/* Runs n tokens through the model, appending them to the sequence's cache, in
- * chunks of n_batch. logits (may be NULL) receives n_vocab floats for the last
+/* Runs n tokens (ids, read during the call) through the model, appending
+ * them to the sequence's cache, in chunks of n_batch. logits (may be NULL) receives n_vocab floats for the last
  * token, or n * n_vocab (token-major) when all_logits is set. TKV_ERR_CTX_FULL
  * past n_ctx and TKV_ERR_KV_FULL past the budget leave the sequence as it was
  * before the failing chunk. */
