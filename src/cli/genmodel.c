@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+/* writing GGUF files and quantized weights: the one exception to tierkv.h (docs/api.md) */
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "ops/dtype.h"
