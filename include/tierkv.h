@@ -48,13 +48,21 @@ const char *tkv_status_str(int status);
 /* Static name of a GGUF tensor type number ("f32", "f16", "q8_0", "q4_k", ...),
  * "?" when unknown. */
 const char *tkv_dtype_name(uint32_t type);
-/* Static name of the kernels this CPU runs: "avx2+vnni", "avx2" or "ref". */
-const char *tkv_kernel_name(void);
 
 struct tkv_error {
 	int status;
 	char msg[512];
 };
+
+/* ---- kernels --------------------------------------------------------------- */
+
+/* The kernel level every kernel family (weights, KV rows, attention) runs at:
+ * "ref" (scalar references), "avx2" or "avx512" (avx2 plus the AVX512-VNNI
+ * integer dots). The environment variable TIERKV_KERNELS=ref|avx2|avx512|auto,
+ * read once per process, picks it; unset or auto is the highest this CPU
+ * runs. A level the CPU lacks or an unknown value makes tkv_model_load fail
+ * with TKV_ERR_ARG. Static string; never NULL. */
+const char *tkv_kernel_level(void);
 
 /* ---- memory -------------------------------------------------------------
  * The counting allocator. Give one to the params of what you create (model,

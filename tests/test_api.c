@@ -250,7 +250,7 @@ static void test_metadata_and_weights(void **state)
 	assert_string_equal(tkv_dtype_name(0), "f32");
 	assert_string_equal(tkv_dtype_name(1), "f16");
 	assert_string_equal(tkv_dtype_name(9999), "?");
-	assert_true(tkv_kernel_name()[0] != 0);
+	assert_true(tkv_kernel_level()[0] != 0);
 	tkv_model_free(m);
 }
 

@@ -209,7 +209,7 @@ static void test_block_sizes(void **state)
 	assert_int_equal(tkv_dtype_row_size(TKV_Q6_K, 256), sizeof(struct blk_q6_k));
 	for (size_t t = 0; t < N_TYPES; t++)
 		assert_true(ops_type_supported(types[t]));
-	print_message("kernels: %s\n", ops_kernel_name());
+	print_message("kernels: %s\n", tkv_kernel_level());
 }
 
 /* Hand-made blocks with known values, one per quantized layout. */

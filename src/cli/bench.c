@@ -496,7 +496,7 @@ static void bench_json(FILE *f, const struct tkv_model_info *in, const struct be
 		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", "
 		"\"kv_policy\": \"%s\", \"kv_budget\": %g, \"test\": \"%s\", "
 		"\"n_prompt\": %ld, \"n_gen\": %ld, \"n_depth\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
-		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, tkv_kernel_name(),
+		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, tkv_kernel_level(),
 		o->threads, o->batch, o->ep.kv_type == TKV_KV_F32 ? "f32" : "f16", tkv_policy_name(r->policy), r->budget,
 		r->test, r->n_prompt, r->n_gen, r->depth, r->mean, r->sd);
 	for (int i = 0; i < r->n_reps; i++)
@@ -639,7 +639,7 @@ int cli_bench(int argc, char **argv)
 	snprintf(type_name, sizeof type_name, "%s", tkv_dtype_name(info.weight_type));
 	fprintf(stderr, "tierkv bench: %s (%s, %s), %ld threads, kernels %s, memory bandwidth %.2f GB/s reading the "
 		"weights (%.2f GB/s a fresh buffer), %.1f MB of weights read per token\n", o.model, type_name,
-		cli_fmt_bytes(b1, sizeof b1, (double)fbytes), o.threads, tkv_kernel_name(), bw / 1e9, bw_fresh / 1e9,
+		cli_fmt_bytes(b1, sizeof b1, (double)fbytes), o.threads, tkv_kernel_level(), bw / 1e9, bw_fresh / 1e9,
 		wbytes / 1e6);
 
 	for (size_t pi = 0; pi < o.n_pol; pi++)
@@ -668,7 +668,7 @@ int cli_bench(int argc, char **argv)
 					 100.0 * (double)r->pages_skipped / (double)(r->pages_read + r->pages_skipped));
 			printf("| llama %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
 			       info.name[0] ? info.name : "?", type_name, cli_fmt_bytes(b2, sizeof b2, (double)fbytes),
-			       tkv_kernel_name(), o.threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
+			       tkv_kernel_level(), o.threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
 			       lim, frac, cli_fmt_bytes(kv, sizeof kv, r->kv_bytes),
 			       r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0, skip,
 			       cli_fmt_bytes(rss, sizeof rss, (double)r->peak_rss));

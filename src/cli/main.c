@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 		return CLI_OK;
 	}
 	if (!strcmp(cmd, "--version")) {
-		printf("tierkv 0.1.0\n");
+		printf("tierkv 0.1.0 (kernels %s)\n", tkv_kernel_level());
 		return CLI_OK;
 	}
 	if (!strcmp(cmd, "run"))

@@ -15,11 +15,6 @@
 #include "ops/ops.h"
 #include "util/status.h"
 
-const char *tkv_kernel_name(void)
-{
-	return ops_kernel_name();
-}
-
 /* ---- model metadata and weights ------------------------------------------------ */
 
 int tkv_model_meta_str(const struct tkv_model *m, const char *key, const char **val, size_t *len)

@@ -26,14 +26,16 @@
 
 /* ---- kernel selection ------------------------------------------------------ */
 
+/* The SIMD kernels of the level in use (util/cpu.h), put in once by
+ * kv_attn_arch_select (arch/x86/select.c; NULL entries: the scalar loops
+ * here) and only read after that. */
+static struct kv_attn_kernels kernels;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
-static int have_avx2, have_vnni;  /* written once, under kernels_once */
 static atomic_int force_ref, exact_packed;
 
-static void detect(void)
+static void kernels_select(void)
 {
-	have_avx2 = kv_arch_has_avx2();
-	have_vnni = kv_arch_has_vnni();
+	kv_attn_arch_select(&kernels, cpu_kernel_level());
 }
 
 int kv_attn_force_ref(int on)
@@ -46,93 +48,66 @@ int kv_attn_exact_packed(int on)
 	return atomic_exchange(&exact_packed, on);
 }
 
-static int use_simd(uint32_t d)
+/* The table, or NULL when rows of d channels take the scalar loops. */
+static const struct kv_attn_kernels *simd(uint32_t d)
 {
-	pthread_once(&kernels_once, detect);
-	return have_avx2 && !atomic_load(&force_ref) && d % 8 == 0;
+	pthread_once(&kernels_once, kernels_select);
+	return !atomic_load(&force_ref) && d % 8 == 0 ? &kernels : NULL;
 }
 
-#if defined(__x86_64__) || defined(__i386__)
 kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)
 {
-	if (!use_simd(d))
+	const struct kv_attn_kernels *k = simd(d);
+
+	if (!k)
 		return NULL;
-	return fmt == KV_FMT_F16 ? kv_score_f16_avx2 : fmt == KV_FMT_F32 ? kv_score_f32_avx2 : NULL;
+	return fmt == KV_FMT_F16 ? k->score_f16 : fmt == KV_FMT_F32 ? k->score_f32 : NULL;
 }
 
 kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
 {
-	if (!use_simd(d))
+	const struct kv_attn_kernels *k = simd(d);
+
+	if (!k)
 		return NULL;
-	return fmt == KV_FMT_F16 ? kv_accum_f16_avx2 : fmt == KV_FMT_F32 ? kv_accum_f32_avx2 : NULL;
+	return fmt == KV_FMT_F16 ? k->accum_f16 : fmt == KV_FMT_F32 ? k->accum_f32 : NULL;
 }
 
 kv_exp_fn kv_attn_exp_kernel(void)
 {
-	return use_simd(8) ? kv_exp_avx2 : NULL;
+	const struct kv_attn_kernels *k = simd(8);
+
+	return k ? k->exp : NULL;
 }
 
-/* The AVX2 integer kernels take q4 pages with d 64 or 128 (attn_q_avx2.c). */
-static int use_q(uint32_t fmt, uint32_t d)
+kv_max_fn kv_attn_max_kernel(void)
 {
-	return fmt == KV_FMT_Q4 && (d == 64 || d == 128) && use_simd(d) && !atomic_load(&exact_packed);
+	const struct kv_attn_kernels *k = simd(8);
+
+	return k ? k->max : NULL;
 }
 
-kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d)
+/* The integer kernels take q4 pages with d 64 or 128 (attn_q_avx2.c). */
+static const struct kv_attn_kernels *simd_q(uint32_t fmt, uint32_t d)
 {
-	if (!use_q(fmt, d))
+	if (fmt != KV_FMT_Q4 || (d != 64 && d != 128) || atomic_load(&exact_packed))
 		return NULL;
-	return have_vnni ? kv_score_q_vnni : kv_score_q_avx2;
-}
-
-kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d)
-{
-	return use_q(fmt, d) ? kv_accum_q_avx2 : NULL;
-}
-
-kv_max_fn kv_attn_max_kernel(void)
-{
-	return use_simd(8) ? kv_max_avx2 : NULL;
-}
-#else
-kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)
-{
-	(void)fmt;
-	(void)use_simd(d);
-	return NULL;
-}
-
-kv_accum_fn kv_attn_accum_kernel(uint32_t fmt, uint32_t d)
-{
-	(void)fmt;
-	(void)use_simd(d);
-	return NULL;
-}
-
-kv_exp_fn kv_attn_exp_kernel(void)
-{
-	return NULL;
+	return simd(d);
 }
 
 kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d)
 {
-	(void)fmt;
-	(void)use_simd(d);
-	return NULL;
+	const struct kv_attn_kernels *k = simd_q(fmt, d);
+
+	return k ? k->score_q4 : NULL;
 }
 
 kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d)
 {
-	(void)fmt;
-	(void)use_simd(d);
-	return NULL;
-}
+	const struct kv_attn_kernels *k = simd_q(fmt, d);
 
-kv_max_fn kv_attn_max_kernel(void)
-{
-	return NULL;
+	return k ? k->accum_q4 : NULL;
 }
-#endif
 
 /* ---- packed pages on integer codes (attn_impl.h) ----------------------------- */
 

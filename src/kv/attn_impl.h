@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/cpu.h"
+
 typedef void (*kv_score_fn)(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
 			    float *logit, size_t stride);
 typedef void (*kv_accum_fn)(const void *V, uint32_t n, uint32_t d, const float *w, size_t stride, uint32_t nq,
@@ -75,6 +77,23 @@ void kv_accum_f32_avx2(const void *V, uint32_t n, uint32_t d, const float *w, si
 
 float kv_exp_avx2(float *l, uint32_t n, float max);
 float kv_max_avx2(const float *l, uint32_t n, float m);
+
+/* The attention family's table: the SIMD kernels of a level (NULL: the
+ * scalar loops of attn.c). The float kernels need d % 8 == 0; the q4 ones
+ * d of 64 or 128. */
+struct kv_attn_kernels {
+	kv_score_fn score_f16, score_f32;
+	kv_accum_fn accum_f16, accum_f32;
+	kv_exp_fn exp;
+	kv_max_fn max;
+	kv_score_q_fn score_q4;
+	kv_accum_q_fn accum_q4;
+};
+
+/* Puts the kernels of `level` (util/cpu.h) into k, left NULL otherwise:
+ * arch/x86/select.c (avx2: AVX2/FMA/F16C; avx512: the q4 key scores with
+ * AVX512-VNNI), arch/generic/select.c nothing. Called once. */
+void kv_attn_arch_select(struct kv_attn_kernels *k, enum cpu_level level);
 
 /* Kernels of the format (NULL: the generic slot-by-slot path); d must be a
  * multiple of 8 for the SIMD versions. */

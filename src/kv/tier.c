@@ -280,18 +280,14 @@ static const struct kv_tier_kernels kernels_ref = {
 /* The kernels in use: written once (pthread_once) before the first use and
  * only read after that, like the ops tables. */
 static struct kv_tier_kernels kernels;
-static const char *kernels_name = "ref";
+static enum cpu_level kernels_level = CPU_LEVEL_REF;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 
-/* TIERKV_KERNELS=ref keeps the scalar references (to compare or debug). */
+/* The level is the one dispatch's (util/cpu.h: CPU and TIERKV_KERNELS). */
 static void kernels_select(void)
 {
-	const char *env = getenv("TIERKV_KERNELS");
-
 	kernels = kernels_ref;
-	if (env && !strcmp(env, "ref"))
-		return;
-	kernels_name = kv_tier_arch_select(&kernels);
+	kernels_level = kv_tier_arch_select(&kernels, cpu_kernel_level());
 }
 
 const struct kv_tier_kernels *kv_tier_kernels_ref(void)
@@ -308,7 +304,7 @@ const struct kv_tier_kernels *kv_tier_kernels(void)
 const char *kv_tier_kernel_name(void)
 {
 	pthread_once(&kernels_once, kernels_select);
-	return kernels_name;
+	return cpu_level_name(kernels_level);
 }
 
 /* ---- quantizing ------------------------------------------------------------- */

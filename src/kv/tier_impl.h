@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "util/cpu.h"
+
 #define KV_V_GROUP 32   /* channels per q4/q2 value group (all of them when d < 32) */
 
 struct kv_tier_kernels {
@@ -39,18 +41,14 @@ void kv_tier_asym_load_k_ref(uint32_t bits, const uint8_t *codes, const uint16_t
 			     uint32_t n);
 void kv_tier_asym_load_v_ref(uint32_t bits, const uint8_t *codes, const uint16_t *par, float *x, uint32_t d);
 
-/* Puts the kernels this CPU runs faster into k (left as the references
- * otherwise); returns the name of the set ("ref", "avx2"). */
-const char *kv_tier_arch_select(struct kv_tier_kernels *k);
-/* Whether this CPU (and OS) runs the AVX2/FMA/F16C kernels of src/kv/arch/x86
- * (attention as well as the row kernels); 0 on other architectures. */
-int kv_arch_has_avx2(void);
-/* Whether it also runs AVX512-VNNI on 256-bit registers (AVX512VL), with the
- * OS saving the AVX-512 state. */
-int kv_arch_has_vnni(void);
+/* Puts the kernels of `level` (util/cpu.h) into k, left as the references
+ * otherwise (arch/x86/select.c; arch/generic/select.c keeps them all);
+ * returns the level the set runs at: there are no AVX-512 row kernels, so
+ * avx512 gives the avx2 set. */
+enum cpu_level kv_tier_arch_select(struct kv_tier_kernels *k, enum cpu_level level);
 
-/* The references, and the kernels in use (chosen once, at first use; the
- * environment TIERKV_KERNELS=ref keeps the references). */
+/* The references, and the kernels in use (chosen once, at first use, from
+ * the one kernel level of util/cpu.h). */
 const struct kv_tier_kernels *kv_tier_kernels_ref(void);
 const struct kv_tier_kernels *kv_tier_kernels(void);
 const char *kv_tier_kernel_name(void);

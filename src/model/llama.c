@@ -25,6 +25,7 @@
 #include "model/tokenizer.h"
 #include "ops/dtype.h"
 #include "util/alloc.h"
+#include "util/cpu.h"
 #include "util/status.h"
 #include "util/tpool.h"
 
@@ -351,6 +352,9 @@ int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_mo
 	*out = NULL;
 	if (!path)
 		return tkv_errf(err, TKV_ERR_ARG, "no model path given");
+	st = cpu_kernels_check(err); /* TIERKV_KERNELS names a level this CPU runs */
+	if (st != TKV_OK)
+		return st;
 	if (!p)
 		p = &dp;
 	m = tkv_calloc(p->alloc, 1, sizeof *m);

@@ -125,18 +125,12 @@ static struct ops_act_kernels ops_act = {
 	},
 };
 
-static const char *ops_arch = "ref";
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
-/* TIERKV_KERNELS=ref keeps the scalar references, =avx2 the AVX2 level (to
- * compare or debug). */
+/* The level is the one dispatch's (util/cpu.h: CPU and TIERKV_KERNELS). */
 static void ops_select(void)
 {
-	const char *env = getenv("TIERKV_KERNELS");
-
-	if (env && !strcmp(env, "ref"))
-		return;
-	ops_arch = ops_arch_select(ops_types, &ops_act, env);
+	ops_arch_select(ops_types, &ops_act, cpu_kernel_level());
 }
 
 const struct ops_type_kernels *ops_kernels(uint32_t type)
@@ -149,12 +143,6 @@ const struct ops_act_kernels *ops_act_kernels(void)
 {
 	pthread_once(&ops_once, ops_select);
 	return &ops_act;
-}
-
-const char *ops_kernel_name(void)
-{
-	pthread_once(&ops_once, ops_select);
-	return ops_arch;
 }
 
 /* ---- weight rows --------------------------------------------------------- */

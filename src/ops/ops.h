@@ -4,8 +4,8 @@
  * f16, bf16, q4_0, q8_0, q4_k, q5_k, q6_k), read in place from the model
  * mapping. Every kernel has a scalar reference; faster versions for this CPU
  * (AVX2/FMA/F16C, and AVX512-VNNI for the integer dots) are chosen once at
- * start-up; TIERKV_KERNELS=ref in the environment keeps the references,
- * TIERKV_KERNELS=avx2 stops at AVX2. Nothing here allocates or knows about
+ * start-up from the one kernel level (util/cpu.h: the CPU and
+ * TIERKV_KERNELS=ref|avx2|avx512). Nothing here allocates or knows about
  * policies. Threaded entry points take a tpool (may be NULL = caller only). */
 #ifndef TKV_OPS_OPS_H
 #define TKV_OPS_OPS_H
@@ -76,8 +76,6 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 		  const float *x, int n, void *work, size_t work_size);
 /* Workspace bytes for matmuls of up to n_max rows of X and cols_max columns. */
 size_t ops_matmul_work_size(int64_t cols_max, int n_max, int n_threads);
-/* Which kernels run: "avx2+vnni", "avx2" or "ref". */
-const char *ops_kernel_name(void);
 
 /* o = x / rms(x) * w, over n elements (o may alias x). */
 void ops_rmsnorm(float *o, const float *x, const float *w, int n, float eps);

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "ops/dtype.h"
+#include "util/cpu.h"
 
 #define QK4_0 32
 #define QK8_0 32
@@ -252,12 +253,11 @@ static inline void ops_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t
 
 /* ---- per-architecture selection --------------------------------------------- */
 
-/* Replaces entries of the reference tables with faster versions this CPU can
- * run (arch/x86/cpu.c checks the CPU features; arch/generic/cpu.c does nothing).
- * Called once, before any kernel runs. limit (may be NULL) names the highest
- * level wanted ("avx2" keeps the AVX2 kernels where VNNI ones exist). Returns
- * a short name of what was selected ("avx2", "avx2+vnni", or "ref"). */
-const char *ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act,
-			    const char *limit);
+/* Replaces entries of the reference tables with the kernels of `level`
+ * (util/cpu.h; never above what the CPU runs): arch/x86/select.c, while
+ * arch/generic/select.c leaves the references. Called once, before any kernel
+ * runs. */
+void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act,
+		     enum cpu_level level);
 
 #endif

@@ -1,0 +1,52 @@
+/* select.c - fills the ops tables from the kernel level (util/cpu.h, which
+ * has checked the CPU): at avx2 the AVX2/FMA/F16C kernels, at avx512 also the
+ * vpdpbusd versions (AVX512-VNNI on 256-bit registers) of the integer dots.
+ * Compiled without -mavx2: nothing here runs the instructions. */
+#include "ops/arch/x86/x86.h"
+
+void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act,
+		     enum cpu_level level)
+{
+	if (level < CPU_LEVEL_AVX2)
+		return;
+
+	types[TKV_F32].dot_rows = dot_rows_f32_avx2;
+	types[TKV_F16].dequant = dequant_f16_avx2;
+	types[TKV_F16].dot_rows = dot_rows_f16_avx2;
+	types[TKV_BF16].dequant = dequant_bf16_avx2;
+	types[TKV_BF16].dot_rows = dot_rows_bf16_avx2;
+	types[TKV_Q4_0].dequant = dequant_q4_0_avx2;
+	types[TKV_Q4_0].dot_rows = dot_rows_q4_0_avx2;
+	types[TKV_Q8_0].dequant = dequant_q8_0_avx2;
+	types[TKV_Q8_0].dot_rows = dot_rows_q8_0_avx2;
+	types[TKV_Q4_K].dequant = dequant_q4_k_avx2;
+	types[TKV_Q4_K].dot_rows = dot_rows_q4_k_avx2;
+	types[TKV_Q5_K].dequant = dequant_q5_k_avx2;
+	types[TKV_Q5_K].dot_rows = dot_rows_q5_k_avx2;
+	types[TKV_Q6_K].dequant = dequant_q6_k_avx2;
+	types[TKV_Q6_K].dot_rows = dot_rows_q6_k_avx2;
+	types[TKV_Q4_0].pack = pack_q4_0_avx2;
+	types[TKV_Q4_0].panel = panel_u4_avx2;
+	types[TKV_Q8_0].pack = pack_q8_0_avx2;
+	types[TKV_Q8_0].panel = panel_s8_avx2;
+	types[TKV_Q4_K].pack = pack_q4_k_avx2;
+	types[TKV_Q4_K].panel = panel_u4_avx2;
+	types[TKV_Q5_K].pack = pack_q5_k_avx2;
+	types[TKV_Q5_K].panel = panel_u5_avx2;
+	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx2;
+	types[TKV_Q4_0].pack_x8 = pack_q4_0_x8_avx2;
+	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx2;
+	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
+	act->quant[OPS_ACT_Q8_256] = quant_act_q8_256_avx2;
+	if (level < CPU_LEVEL_AVX512)
+		return;
+
+	/* vpdpbusd on 256-bit registers for the integer dots of many tokens and
+	 * of the interleaved layout */
+	types[TKV_Q4_0].panel = panel_u_vnni;
+	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_vnni;
+	types[TKV_Q8_0].panel = panel_s8_vnni;
+	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_vnni;
+	types[TKV_Q4_K].panel = panel_u_vnni;
+	types[TKV_Q5_K].panel = panel_u_vnni;
+}
