@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kv/tier.h"
 #include "kv/tier_impl.h"
@@ -1212,56 +1211,6 @@ static void test_kernels_match_ref(void **state)
 	}
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Not a check: what loading costs per format (keys and values of full pages,
- * d = 128, cap = 64), in ns per slot and GB/s of page bytes read. */
-static void test_speed(void **state)
-{
-	enum { CAP = 64, D = 128, PAGES = 64, REPS = 8 };
-	float *K = alloc_floats(CAP * D), *V = alloc_floats(CAP * D), *out = alloc_floats(CAP * D);
-
-	(void)state;
-	tu_rng_seed(13);
-	fill(K, CAP, D, DATA_GAUSS);
-	fill(V, CAP, D, DATA_GAUSS);
-	for (uint32_t f = 0; f < KV_FMT_COUNT; f++) {
-		size_t kb = kv_tier_k_bytes(f, CAP, D), vb = kv_tier_v_bytes(f, CAP, D);
-		unsigned char *k = malloc(kb * PAGES), *v = malloc(vb * PAGES);
-		double t0, t1, t2, slots = (double)REPS * PAGES * CAP;
-
-		assert_non_null(k);
-		assert_non_null(v);
-		memset(k, 0, kb * PAGES); /* fault the pages in before timing */
-		memset(v, 0, vb * PAGES);
-		t0 = now_s();
-		for (int p = 0; p < PAGES; p++)
-			kv_tier_pack(f, k + p * kb, v + p * vb, CAP, D, K, V, CAP);
-		t1 = now_s();
-		for (int r = 0; r < REPS; r++)
-			for (int p = 0; p < PAGES; p++)
-				for (uint32_t j = 0; j < CAP; j++) {
-					kv_tier_load_k(f, k + p * kb, CAP, D, j, out);
-					kv_tier_load_v(f, v + p * vb, CAP, D, j, out + D);
-				}
-		t2 = now_s();
-		print_message("%s (%s): pack %.0f ns/slot, load K+V %.0f ns/slot, %.1f GB/s\n", kv_fmt_name(f),
-			      kv_tier_kernel_name(), (t1 - t0) / (PAGES * CAP) * 1e9, (t2 - t1) / slots * 1e9,
-			      (double)(kb + vb) * PAGES * REPS / (t2 - t1) * 1e-9);
-		free(k);
-		free(v);
-	}
-	free(K);
-	free(V);
-	free(out);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1283,7 +1232,6 @@ int main(void)
 		cmocka_unit_test(test_rotation_fixed),
 		cmocka_unit_test(test_rotation_outliers),
 		cmocka_unit_test(test_kernels_match_ref),
-		cmocka_unit_test(test_speed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /* test_tpool.c - thread pool: every ith runs once per run, back-to-back runs,
- * sleeping workers wake, NULL pool, allocation failure; prints per-run cost. */
+ * sleeping workers wake, runs around the spin window, NULL pool, allocation
+ * failure. */
 #include "testutil.h"
 
 #include <stdatomic.h>
@@ -207,72 +208,41 @@ static void test_alloc_failure(void **state)
 	}
 }
 
-static void noop_fn(void *arg, int ith, int nth)
-{
-	(void)arg;
-	(void)ith;
-	(void)nth;
-}
-
 static double now_us(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-/* Not a pass/fail check (machines differ); prints the fork/join cost. */
-static void test_overhead_report(void **state)
+/* Runs after serial work on the caller of 5, 20 and 200 us, around the spin
+ * window (as in a decode step: the workers still spinning, just asleep, long
+ * asleep): every run calls each ith exactly once with the right nth and
+ * returns after all of them. The timings are in tests/bench_kernels.c. */
+static void test_runs_after_gaps(void **state)
 {
-	int n;
+	static const double gaps[] = { 5, 20, 200 };
 
 	(void)state;
-	for (n = 2; n <= 4; n++) {
+	for (int n = 2; n <= 4; n++) {
 		struct tpool *p = NULL;
-		const int runs = 20000;
-		double t0, t1;
-		int r;
+		struct count_ctx c;
 
+		memset(&c, 0, sizeof c);
+		c.want_nth = n;
 		assert_int_equal(tpool_init(&p, n, NULL, NULL), TKV_OK);
-		for (r = 0; r < 1000; r++)
-			tpool_run(p, noop_fn, NULL);
-		t0 = now_us();
-		for (r = 0; r < runs; r++)
-			tpool_run(p, noop_fn, NULL);
-		t1 = now_us();
-		printf("tpool: %d threads, empty run %.2f us (back to back, %d runs)\n",
-		       n, (t1 - t0) / runs, runs);
-		tpool_free(p);
-	}
-
-	/* Runs separated by serial work on the caller (as in a decode step):
-	 * below the spin window the workers are still spinning; above it they
-	 * sleep and the run pays a condvar wakeup. */
-	{
-		static const double gaps[] = { 5, 20, 200 };
-		struct tpool *p = NULL;
-		size_t g;
-
-		assert_int_equal(tpool_init(&p, 2, NULL, NULL), TKV_OK);
-		for (g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
-			const int runs = 2000;
-			double cost = 0, t0, t1;
-			int r;
-
-			for (r = 0; r < runs; r++) {
+		for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++)
+			for (int r = 0; r < 200; r++) {
 				double until = now_us() + gaps[g];
 
 				while (now_us() < until)
 					;
-				t0 = now_us();
-				tpool_run(p, noop_fn, NULL);
-				t1 = now_us();
-				cost += t1 - t0;
+				reset_hits(&c);
+				tpool_run(p, count_fn, &c);
+				check_one_run(&c, n);
 			}
-			printf("tpool: 2 threads, empty run %.2f us after %.0f us of caller work\n",
-			       cost / runs, gaps[g]);
-		}
+		assert_int_equal(c.total, 600);
 		tpool_free(p);
 	}
 }
@@ -288,7 +258,7 @@ int main(void)
 		cmocka_unit_test(test_bad_args),
 		cmocka_unit_test(test_default_threads),
 		cmocka_unit_test(test_alloc_failure),
-		cmocka_unit_test(test_overhead_report),
+		cmocka_unit_test(test_runs_after_gaps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
