@@ -1,6 +1,7 @@
 #!/bin/bash
 # Builds tierkv and runs every test: the release build (unit tests, goldens,
-# tokenizer fixtures, CLI contract), then the unit tests again under
+# tokenizer fixtures, CLI contract), the same suite again on the scalar
+# reference kernels (TIERKV_KERNELS=ref), then the unit tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then a fuzz smoke: every
 # libFuzzer target in fuzz/ built with clang (ASan + UBSan) and run for
 # TKV_FUZZ_SECONDS (default 30; 0 skips it) on its committed corpus, which
@@ -16,6 +17,9 @@ echo "== release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== release build, reference kernels (TIERKV_KERNELS=ref)"
+TIERKV_KERNELS=ref ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== ASan + UBSan build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTKV_SANITIZE=ON >/dev/null

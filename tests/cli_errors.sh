@@ -39,6 +39,8 @@ head -c 1000 "$model" >"$tmp/trunc.gguf"
 expect 1 "trunc.gguf" run -m "$tmp/trunc.gguf" -n 4
 expect 1 "trunc.gguf" inspect "$tmp/trunc.gguf"
 expect 1 "trunc.gguf" tokenize -m "$tmp/trunc.gguf" -p hi
+# a kernel level that does not exist stops before loading (util/cpu.h)
+TIERKV_KERNELS=sse9 expect 1 "TIERKV_KERNELS=sse9: unknown kernel level" run -m "$model" -n 4
 head -c 100000 /dev/urandom >"$tmp/noise.gguf"
 expect 1 "noise.gguf" run -m "$tmp/noise.gguf" -n 4
 printf 'GGUF\3\0\0\0' >"$tmp/short.gguf"
