@@ -191,7 +191,7 @@ void kv_accum_q_ref(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, 
 		if (!any)
 			continue;
 		for (uint32_t g = 0; g < ng; g++) {
-			float bias = 0.0f, acc[32] = { 0 };
+			float bias = 0.0f, acc[KV_V_GROUP] = { 0 };
 
 			for (uint32_t i = 0; i < n; i++)
 				if (wh[i] > 0.0f)
@@ -508,7 +508,7 @@ static void score_pages(struct kv_stream *st, uint32_t d, struct kv_attn_args *a
 		const float *q = (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q;
 
 		if (kv_fmt_tier(pg->fmt) == KV_TIER_COLD) {
-			float lim[64];
+			float lim[KV_MAX_GROUP];
 
 			for (uint32_t h = 0; h < nq; h++)
 				lim[h] = max[h] - a->skip;
@@ -609,7 +609,7 @@ static void slot_weights(uint32_t n, const struct kv_attn_args *a, const float *
 
 void kv_attn(struct kv_stream *st, uint32_t d, struct kv_attn_args *a)
 {
-	float max[64], inv[64];
+	float max[KV_MAX_GROUP], inv[KV_MAX_GROUP];
 	int have_rot = 0;
 
 	for (uint32_t h = 0; h < a->nq; h++)

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/tier_impl.h"
 #include "util/cpu.h"
 
 typedef void (*kv_score_fn)(const void *K, uint32_t n, uint32_t d, const float *q, uint32_t nq, float scale,
@@ -49,7 +50,9 @@ typedef float (*kv_max_fn)(const float *l, uint32_t n, float m);
 #define KV_Q_BOUND_SLACK 1e-5f  /* of the sum of the bound's magnitudes */
 #define KV_Q_TILE 64
 #define KV_Q_SUB 16     /* 8 pairs of rows of at most 2 * 15 * 127: within int16 */
-#define KV_Q_MAX_NG 4   /* value groups of the AVX2 kernels (d <= 128) */
+_Static_assert(KV_Q_SUB / 2 * (2 * 15 * 127) <= 32767, "q4 value sums of a sub-tile fit in int16");
+#define KV_Q_MAX_D 128  /* the largest head size of the AVX2 kernels (they take 64 and 128) */
+#define KV_Q_MAX_NG (KV_Q_MAX_D / KV_V_GROUP) /* value groups of the AVX2 kernels */
 typedef int (*kv_score_q_fn)(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
 			     uint32_t nq, float scale, float *logit, size_t stride, const float *lim);
 typedef void (*kv_accum_q_fn)(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,

@@ -146,8 +146,9 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 				head_dim, kv_fmt_name(p->warm_fmt), kv_fmt_name(p->cold_fmt));
 	if (p->rotate && (head_dim & (head_dim - 1)))
 		return tkv_errf(err, TKV_ERR_ARG, "--kv-rotate needs a power-of-two head size (have %u)", head_dim);
-	if (group == 0 || group > 64)
-		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%u query heads per KV head (at most 64)", group);
+	if (group == 0 || group > KV_MAX_GROUP)
+		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%u query heads per KV head (at most %u)", group,
+				(unsigned)KV_MAX_GROUP);
 	if (!(p->share_cos >= 0 && p->share_cos <= 1))
 		return tkv_errf(err, TKV_ERR_ARG, "KV cross-layer sharing cosine %g: must be in [0, 1]", p->share_cos);
 	c->share_cos = p->share_cos;

@@ -36,6 +36,9 @@
 /* The largest head size the cache stores; the model loader refuses larger heads,
  * so per-head scratch buffers in kv/ are arrays of this size. */
 #define KV_MAX_HEAD_DIM 512
+/* The most query heads that share one KV head (GQA group); the policy refuses
+ * more, so attention's per-head arrays are of this size. */
+#define KV_MAX_GROUP 64
 
 enum kv_page_flags {
 	KV_PAGE_ROT = 1,     /* K and V stored rotated (tier.h) */

@@ -6,6 +6,9 @@
 #include "util/alloc.h"
 #include "util/status.h"
 
+/* The most pages of a prompt one attach walks (the depth of its path). */
+#define PREFIX_MAX_CHUNKS 4096
+
 struct node {
 	int32_t *tokens;          /* [P] this chunk's token ids */
 	struct kv_page **pages;   /* [n_streams] */
@@ -75,14 +78,14 @@ static struct node *child(const struct kv_prefix *t, const struct node *n, const
 
 int kv_prefix_attach(struct kv_prefix *t, struct kv_seq *s, const int32_t *ids, size_t n)
 {
-	struct node *cur = &t->root, *path[4096];
+	struct node *cur = &t->root, *path[PREFIX_MAX_CHUNKS];
 	size_t n_chunks = 0;
 
 	t->st.lookups++;
 	if (s->n_pos != 0 || s->streams[0].n_tokens != 0)
 		return 0;
 	/* leave at least one token to compute, so the caller gets logits */
-	while ((n_chunks + 1) * t->P < n && n_chunks < 4096) {
+	while ((n_chunks + 1) * t->P < n && n_chunks < PREFIX_MAX_CHUNKS) {
 		struct node *k = child(t, cur, ids + n_chunks * t->P);
 
 		if (!k)

@@ -15,6 +15,8 @@
 
 /* Floats ops_dot_row dequantizes at a time (a multiple of every block size). */
 #define OPS_DOT_CHUNK 256
+_Static_assert(OPS_DOT_CHUNK % QK_K == 0 && OPS_DOT_CHUNK % QK4_0 == 0 && OPS_DOT_CHUNK % QK8_0 == 0,
+	       "ops_dot_row's chunk holds whole blocks of every type");
 
 /* ---- half floats ------------------------------------------------------- */
 

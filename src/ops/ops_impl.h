@@ -143,6 +143,8 @@ typedef void (*ops_dot_rows_fn)(int64_t n, const void *w, size_t ws, int nr, con
 #define OPS_PANEL_ROWS 8
 #define OPS_PANEL_COLS 8   /* activation rows per panel / x8 call (at most) */
 #define OPS_PANEL_BLOCK (256 + 32 + 32)
+_Static_assert(OPS_PANEL_BLOCK == OPS_PANEL_ROWS * 32 + 2 * OPS_PANEL_ROWS * sizeof(float),
+	       "a panel block is 32 one-byte values and a float d and m per row");
 
 enum ops_panel_kind { OPS_PANEL_NONE = 0, OPS_PANEL_U4, OPS_PANEL_U5, OPS_PANEL_S8 };
 
@@ -166,6 +168,9 @@ typedef void (*ops_panel_fn)(int64_t n, const void *panel, const void *a, size_t
  * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32. */
 #define OPS_X8_Q4_0 144
 #define OPS_X8_Q8_0 272
+_Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
+		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0),
+	       "an interleaved block holds the bytes of one block of each of 8 rows");
 
 /* Rewrites rows (a multiple of 8) of W, ws bytes apart, n elements each, into
  * the interleaved layout at dst. */

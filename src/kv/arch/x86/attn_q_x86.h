@@ -11,7 +11,6 @@
 #include "kv/attn_impl.h"
 #include "util/simd_x86.h"
 
-#define QMAX_D 128   /* d is 64 or 128 */
 #define QHEADS 8     /* query heads prepared at once */
 
 /* The codes of 64 channels of a row: e = even channels, o = odd ones. */
@@ -85,8 +84,8 @@ INLINE void score_q4(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint
 {
 	const uint32_t d = 64 * nc;
 	const size_t rb = 32 * (size_t)nc;
-	float s[QMAX_D], m[QMAX_D], base[QHEADS], r[QHEADS];
-	__m256i qv[QHEADS][QMAX_D / 16], kb[8][QMAX_D / 16];
+	float s[KV_Q_MAX_D], m[KV_Q_MAX_D], base[QHEADS], r[QHEADS];
+	__m256i qv[QHEADS][KV_Q_MAX_D / 16], kb[8][KV_Q_MAX_D / 16];
 
 	for (uint32_t c = 0; c < d; c += 8) {
 		_mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c))));
