@@ -31,16 +31,11 @@
  * here) and only read after that. */
 static struct kv_attn_kernels kernels;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
-static atomic_int force_ref, exact_packed;
+static atomic_int exact_packed;
 
 static void kernels_select(void)
 {
 	kv_attn_arch_select(&kernels, cpu_kernel_level());
-}
-
-int kv_attn_force_ref(int on)
-{
-	return atomic_exchange(&force_ref, on);
 }
 
 int kv_attn_exact_packed(int on)
@@ -52,7 +47,7 @@ int kv_attn_exact_packed(int on)
 static const struct kv_attn_kernels *simd(uint32_t d)
 {
 	pthread_once(&kernels_once, kernels_select);
-	return !atomic_load(&force_ref) && d % 8 == 0 ? &kernels : NULL;
+	return d % 8 == 0 ? &kernels : NULL;
 }
 
 kv_score_fn kv_attn_score_kernel(uint32_t fmt, uint32_t d)

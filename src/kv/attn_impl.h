@@ -109,8 +109,6 @@ kv_max_fn kv_attn_max_kernel(void);
  * into float tiles, exactly, and go through the f32 kernels). */
 kv_score_q_fn kv_attn_score_q_kernel(uint32_t fmt, uint32_t d);
 kv_accum_q_fn kv_attn_accum_q_kernel(uint32_t fmt, uint32_t d);
-/* Forces the scalar reference (tests); returns the previous setting. */
-int kv_attn_force_ref(int on);
 /* Keeps packed pages off the integer kernels (tests comparing with exact
  * dequantized rows); returns the previous setting. */
 int kv_attn_exact_packed(int on);
