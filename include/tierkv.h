@@ -210,7 +210,8 @@ struct tkv_kv_policy_params {
 	float semantic_weight;    /* tiered: weight of key-centroid similarity in importance (0.1) */
 	float recency_weight;     /* tiered: weight of recency (position / length) in importance (1) */
 	float gov_high;           /* governor acts past this fraction of --kv-mem (0.8) */
-	float gov_low;            /* ... and brings the pool down to this fraction (0.7) */
+	float gov_low;            /* ... to keep the pool above this fraction (0.7): below
+				   * it, with work in flight, the caps rise again */
 	float gov_floor;          /* ... but never squeezes a sequence below this fraction of
 				   * its full f16 cache (0 = no floor): past it, decode
 				   * reports TKV_ERR_KV_FULL so a server can preempt instead
@@ -298,7 +299,8 @@ struct tkv_kv_stats {
 	uint64_t evicted;       /* token slots evicted so far */
 	uint64_t demoted;       /* token slots moved to a lower tier */
 	uint64_t merged;        /* evicted slots merged into kept ones (semantic completion) */
-	uint64_t gov_runs;      /* times the memory governor acted */
+	uint64_t gov_runs;      /* times the memory governor lowered the caps */
+	uint64_t gov_raises;    /* caps the governor raised again (pool below its low mark) */
 	uint64_t pages_read;    /* pages attention read */
 	uint64_t pages_skipped; /* cold pages attention skipped by their key bound */
 	uint64_t prefix_lookups;  /* sequences that looked for a shared prefix */

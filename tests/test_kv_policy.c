@@ -1825,6 +1825,83 @@ static void test_governor_three_seqs(void **state)
 	tkv_model_free(m);
 }
 
+/* The governor keeps the pool in its band both ways, under a random workload:
+ * up to four sequences start and finish at random times, each evicting
+ * policy in turn. After every step the pool is within --kv-mem (the hard
+ * invariant); after the first governor run, at the steps where the live
+ * sequences would need more than --kv-mem in full, the pool's step-weighted
+ * mean stays near the band (>= 0.65 of --kv-mem), and caps rose again. */
+static void test_governor_band_random(void **state)
+{
+	static const enum tkv_policy pols[] = { TKV_POLICY_TIERED, TKV_POLICY_H2O, TKV_POLICY_WINDOW,
+						TKV_POLICY_ADAPTIVE };
+	struct tkv_model *m = load_model();
+	size_t full = full_cache_bytes(m, 400), kv_mem = full * 7 / 10;
+	double per_tok = (double)full / 400.0;
+	static float logits[4][4096];
+
+	(void)state;
+	for (size_t pi = 0; pi < sizeof pols / sizeof pols[0]; pi++) {
+		struct tkv_engine *e = make_engine(m, pols[pi], kv_mem);
+		struct tkv_seq *s[4] = { NULL, NULL, NULL, NULL };
+		uint32_t left[4] = { 0, 0, 0, 0 };
+		int32_t tok[4];
+		uint64_t rng = 0x9e3779b97f4a7c15ull * (pi + 1);
+		double sum = 0.0;
+		size_t n_after = 0;
+		struct tkv_error err = {0};
+		struct tkv_kv_stats ks;
+
+		for (uint32_t t = 0; t < 700; t++) {
+			bool any = false;
+			double demand = 0.0;
+
+			for (int i = 0; i < 4; i++) {
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				if (!s[i] && (rng >> 33) % 40 == 0) { /* a new sequence of 60-360 tokens */
+					assert_int_equal(tkv_seq_init(&s[i], e, &err), TKV_OK);
+					left[i] = 60 + (uint32_t)((rng >> 20) % 300);
+					tok[i] = 1;
+				}
+				if (!s[i])
+					continue;
+				if (tkv_seq_decode(s[i], &tok[i], 1, logits[i], 0, &err) != TKV_OK)
+					fail_msg("%s: seq %d at step %u: %s", tkv_policy_name(pols[pi]), i, t, err.msg);
+				tok[i] = argmax(logits[i], 512);
+				tkv_engine_kv_stats(e, &ks);
+				if (ks.allocated > kv_mem || ks.peak_allocated > kv_mem)
+					fail_msg("%s step %u: %zu bytes allocated (peak %zu), budget %zu",
+						 tkv_policy_name(pols[pi]), t, ks.allocated, ks.peak_allocated, kv_mem);
+				if (--left[i] == 0) {
+					tkv_seq_free(s[i]);
+					s[i] = NULL;
+				}
+				any = true;
+			}
+			/* steps where the live sequences would need more than --kv-mem in full */
+			for (int i = 0; i < 4; i++)
+				demand += s[i] ? (double)tkv_seq_n_past(s[i]) * per_tok : 0.0;
+			tkv_engine_kv_stats(e, &ks);
+			if (any && ks.gov_runs > 0 && demand > (double)kv_mem) {
+				sum += (double)ks.allocated / (double)kv_mem;
+				n_after++;
+			}
+		}
+		for (int i = 0; i < 4; i++)
+			tkv_seq_free(s[i]);
+		tkv_engine_kv_stats(e, &ks);
+		fprintf(stderr, "%s: %zu busy steps after the first governor run, pool mean %.3f of --kv-mem, "
+			"%llu runs, %llu raises\n", tkv_policy_name(pols[pi]), n_after, n_after ? sum / (double)n_after : 0.0,
+			(unsigned long long)ks.gov_runs, (unsigned long long)ks.gov_raises);
+		assert_true(ks.gov_runs > 0 && n_after > 100);
+		assert_true(ks.gov_raises > 0);
+		assert_true(sum / (double)n_after >= 0.65);
+		assert_int_equal(ks.allocated, 0);
+		tkv_engine_free(e);
+	}
+	tkv_model_free(m);
+}
+
 /* A fork of a sequence whose tiered cache has been squeezed (warm and cold
  * pages, evictions) continues exactly as the original would: the same greedy
  * tokens and bit-identical logits for 64 more steps, the same cache shape;
@@ -1993,6 +2070,7 @@ int main(void)
 		cmocka_unit_test(test_governor_half_budget),
 		cmocka_unit_test(test_governor_full_stops),
 		cmocka_unit_test(test_governor_three_seqs),
+		cmocka_unit_test(test_governor_band_random),
 		cmocka_unit_test(test_fork_continues_identically),
 		cmocka_unit_test(test_governor_floor_follows_growth),
 	};

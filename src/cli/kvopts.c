@@ -322,10 +322,10 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 		cli_fmt_bytes(b1, sizeof b1, (double)(ks->used - ks->kv_bytes)), (unsigned long long)ks->compactions,
 		(unsigned long long)ks->compact_slots, cli_fmt_bytes(b2, sizeof b2, (double)ks->compact_bytes),
 		(double)ks->compact_ns / 1e6, cli_fmt_bytes(b3, sizeof b3, (double)ks->compact_freed));
-	fprintf(f, "tierkv:   evicted %llu, demoted %llu, merged %llu, governor runs %llu, "
+	fprintf(f, "tierkv:   evicted %llu, demoted %llu, merged %llu, governor runs %llu (caps raised %llu), "
 		"pages read %llu, cold pages skipped %llu\n",
 		(unsigned long long)ks->evicted, (unsigned long long)ks->demoted,
-		(unsigned long long)ks->merged, (unsigned long long)ks->gov_runs,
+		(unsigned long long)ks->merged, (unsigned long long)ks->gov_runs, (unsigned long long)ks->gov_raises,
 		(unsigned long long)ks->pages_read, (unsigned long long)ks->pages_skipped);
 }
 

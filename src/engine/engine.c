@@ -202,6 +202,7 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 	out->merged += e->merged_gone;
 	out->cow += e->cow_gone;
 	out->gov_runs = e->gov_runs;
+	out->gov_raises = e->gov_raises;
 	pool_compact_stats(&ps, out);
 	if (e->prefix) {
 		struct kv_prefix_stats xs;
@@ -235,6 +236,7 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
 	out->budget = s->budget;
 	out->n_tokens = s->n_past;
 	out->gov_runs = s->e->gov_runs;
+	out->gov_raises = s->e->gov_raises;
 	{
 		struct kv_pool_stats ps;
 

@@ -32,6 +32,7 @@ struct tkv_engine {
 	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
 	uint32_t n_seqs;
 	uint64_t gov_runs;
+	uint64_t gov_raises;
 	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
 };
 
@@ -55,8 +56,9 @@ int gov_seq_maintain(struct tkv_engine *e, struct tkv_seq *s);
 /* The memory governor, before a forward pass that needs `need` bytes of new
  * pages: when the pool would pass gov_high of --kv-mem, unused shared
  * prefixes go first, then every live sequence's cap is lowered in
- * proportion so that the pool comes back to gov_low, and each policy
- * enforces it (gov_seq_maintain). */
+ * proportion so that the pool comes back into the band below gov_high, and
+ * each policy enforces it (gov_seq_maintain). Below gov_low the caps rise
+ * again, up to each sequence's full size. */
 int gov_make_room(struct tkv_engine *e, size_t need);
 /* Chooses a sequence's AUTO layer plan from the entropy measured so far
  * (plan.h) and applies it; without scratch it tries again after the next

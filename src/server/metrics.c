@@ -117,7 +117,8 @@ char *srv_metrics_text(struct srv *s)
 	counter(&b, "kv_evicted_total", "Token slots evicted by the cache policy.", (unsigned long long)kv.evicted);
 	counter(&b, "kv_demoted_total", "Token slots moved to a lower tier.", (unsigned long long)kv.demoted);
 	counter(&b, "kv_merged_total", "Evicted slots merged into kept ones.", (unsigned long long)kv.merged);
-	counter(&b, "kv_governor_runs_total", "Times the memory governor acted.", (unsigned long long)kv.gov_runs);
+	counter(&b, "kv_governor_runs_total", "Times the memory governor lowered the caps.", (unsigned long long)kv.gov_runs);
+	counter(&b, "kv_governor_raises_total", "Caps the memory governor raised again.", (unsigned long long)kv.gov_raises);
 	counter(&b, "prefix_lookups_total", "Sequences that looked for a shared prompt prefix.",
 		(unsigned long long)kv.prefix_lookups);
 	counter(&b, "prefix_hits_total", "Sequences that reused a shared prompt prefix.",
