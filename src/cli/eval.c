@@ -78,6 +78,10 @@ void cli_eval_help(void)
 	       "      --copy-test       also run the copy test (passage A, filler, A again)\n"
 	       "      --copy-offset N   passage A starts N tokens into the first text (default 0;\n"
 	       "                        implies --copy-test)\n"
+	       "      --mem             also run each budget below 1 as a whole-pool --kv-mem of\n"
+	       "                        budget x the full f16 K+V bytes (pages, positions, scores\n"
+	       "                        and headers included; the governor holds it, no\n"
+	       "                        per-sequence cap): rows marked 'pool' beside 'cap'\n"
 	       "      --json FILE       write one JSON object per row to FILE\n"
 	       "      --plot FILE       write an SVG of delta perplexity against the KV bytes ratio\n"
 	       "  -t, --threads N       threads (default: physical cores)\n"
@@ -123,6 +127,7 @@ struct eval_opts {
 	size_t n_bud;
 	long prefill, n_gen, copy_offset;
 	int copy_test, kv_stats;
+	int mem;             /* --mem: each budget also as a whole-pool --kv-mem */
 	struct tkv_engine_params ep;
 	/* layer plans compared (--layer-plans; else the base --kv-layer-plan) */
 	struct tkv_kv_layer_plan plans[EVAL_MAX_PLANS];
@@ -239,6 +244,8 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 				return rc;
 		} else if (!strcmp(s, "--copy-test")) {
 			o->copy_test = 1;
+		} else if (!strcmp(s, "--mem")) {
+			o->mem = 1;
 		} else if (!strcmp(s, "--copy-offset")) {
 			if ((rc = cli_int(&a, s, 0, 1L << 22, &o->copy_offset)))
 				return rc;
@@ -289,6 +296,7 @@ struct eval_ctx {
 struct eval_row {
 	enum tkv_policy policy;
 	double budget;            /* share of the full cache; 1 = no cap */
+	bool mem;                 /* the budget limits the whole pool (--kv-mem), not K+V per sequence */
 	size_t plan;              /* index of its layer plan in eval_opts */
 	size_t share;             /* index of its sharing setting in eval_opts */
 	char plan_chosen[EVAL_PLAN_NAME]; /* the plan applied on the last text (auto: as chosen) */
@@ -318,12 +326,17 @@ static size_t budget_bytes(double frac, size_t n_tokens, size_t bpt)
 	return b < 1.0 ? 1 : (size_t)b;
 }
 
+/* A row's engine: its budget as a per-sequence K+V cap, or (--mem) as the
+ * whole pool's --kv-mem (pages, positions, scores and headers included) with
+ * the governor holding it and no per-sequence cap. */
 static struct tkv_engine_params row_params(const struct eval_opts *o, const struct eval_row *r, size_t budget)
 {
 	struct tkv_engine_params ep = o->ep;
 
 	ep.kv.policy = r->policy;
-	ep.kv.seq_budget = budget;
+	ep.kv.seq_budget = r->mem ? 0 : budget;
+	if (r->mem && budget)
+		ep.kv_mem = budget;
 	ep.layer_plan = o->plans[r->plan];
 	ep.kv.share_cos = o->share_cos[r->share];
 	ep.kv.share_from = o->share_from[r->share];
@@ -599,11 +612,12 @@ static void print_table(FILE *f, const struct eval_opts *o, const struct eval_ro
 {
 	bool plans = o->n_plans > 1, shares = o->n_shares > 1;
 
-	fprintf(f, "| policy | budget |%s%s KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
-		"hot | warm | cold |%s evicted | demoted | merged | skipped | pages peak | frag %% |\n", plans ? " plan |" : "",
+	fprintf(f, "| policy | budget |%s%s%s KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
+		"hot | warm | cold |%s evicted | demoted | merged | skipped | pages peak | frag %% |\n", o->mem ? " limit |" : "",
+		plans ? " plan |" : "",
 		shares ? " share |" : "", copy ? " copy NLL |" : "", shares ? " shared |" : "");
-	fprintf(f, "|---|---:|%s%s---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|%s---:|---:|---:|---:|---:|---:|\n",
-		plans ? "---|" : "", shares ? "---|" : "", copy ? "---:|" : "", shares ? "---:|" : "");
+	fprintf(f, "|---|---:|%s%s%s---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|%s---:|---:|---:|---:|---:|---:|\n",
+		o->mem ? "---|" : "", plans ? "---|" : "", shares ? "---|" : "", copy ? "---:|" : "", shares ? "---:|" : "");
 	for (size_t i = 0; i < n_rows; i++) {
 		const struct eval_row *r = &rows[i];
 		struct row_vals v = row_values(r);
@@ -611,6 +625,8 @@ static void print_table(FILE *f, const struct eval_opts *o, const struct eval_ro
 
 		fprintf(f, "| %s%s | %s |", tkv_policy_name(r->policy), r->failed ? " (failed)" : "",
 			num(b[0], 32, "%g", r->budget));
+		if (o->mem)
+			fprintf(f, " %s |", r->budget >= 1.0 ? "-" : r->mem ? "pool" : "cap");
 		if (plans)
 			fprintf(f, " %s |", o->plan_names[r->plan]);
 		if (shares)
@@ -655,6 +671,7 @@ static int write_json(const char *path, const struct eval_opts *o, const struct 
 
 		fprintf(f, "{\"policy\":\"%s\"", tkv_policy_name(r->policy));
 		jnum(f, "budget", r->budget);
+		fprintf(f, ",\"limit\":\"%s\"", r->budget >= 1.0 ? "none" : r->mem ? "pool" : "cap");
 		fprintf(f, ",\"layer_plan\":\"%s\",\"plan_applied\":\"%s\",\"share\":\"%s\"", o->plan_names[r->plan],
 			r->plan_chosen, o->share_names[r->share]);
 		jnum(f, "failed", r->failed);
@@ -825,7 +842,7 @@ int cli_eval(int argc, char **argv)
 	o.ep.n_ctx = x.n_ctx;
 	st = evr_init(&x.r, x.m, (size_t)o.prefill, x.n_ctx, NULL);
 	texts = calloc(o.n_files, sizeof *texts);
-	rows = calloc(o.n_shares * (1 + o.n_pol * o.n_bud * o.n_plans), sizeof *rows);
+	rows = calloc(o.n_shares * (1 + 2 * o.n_pol * o.n_bud * o.n_plans), sizeof *rows);
 	if (st || !texts || !rows) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
 		goto out;
@@ -845,12 +862,14 @@ int cli_eval(int argc, char **argv)
 	for (size_t p = 0; p < o.n_pol; p++)
 		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++)
 			for (size_t k = 0; k < o.n_plans; k++)
-				for (size_t c = 0; c < o.n_shares; c++) {
-					rows[n_rows].policy = o.policies[p];
-					rows[n_rows].plan = k;
-					rows[n_rows].share = c;
-					rows[n_rows++].budget = o.budgets[b];
-				}
+				for (size_t c = 0; c < o.n_shares; c++)
+					for (int mem = 0; mem <= (o.mem && o.budgets[b] < 1.0); mem++) {
+						rows[n_rows].policy = o.policies[p];
+						rows[n_rows].plan = k;
+						rows[n_rows].share = c;
+						rows[n_rows].mem = mem;
+						rows[n_rows++].budget = o.budgets[b];
+					}
 	fprintf(stderr, "tierkv eval: %s, %zu texts (%zu tokens), context %u, %zu runs per text, "
 		"prefill %ld, gen %ld%s\n", o.model, o.n_files, n_tok, x.n_ctx, n_rows, o.prefill, o.n_gen,
 		o.copy_test ? ", copy test" : "");

@@ -458,8 +458,16 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 		return st;
 	while (done < n) {
 		uint32_t c = (uint32_t)(n - done < e->params.n_batch ? n - done : e->params.n_batch);
-		bool last = done + c == n;
-		struct kv_seg seg = { s->kv, 0, c, (int32_t)s->n_past };
+		size_t pool = kv_pool_budget(e->pool);
+		bool last;
+		struct kv_seg seg;
+
+		/* a chunk whose new pages alone would take more than the governor's
+		 * band of a small --kv-mem goes through in halves */
+		while (pool && c > 1 && (double)need_bytes(s, c) > e->params.kv.gov_low * (double)pool)
+			c = (c + 1) / 2;
+		last = done + c == n;
+		seg = (struct kv_seg){ s->kv, 0, c, (int32_t)s->n_past };
 		uint32_t n_out = 0;
 		float *lg = NULL;
 
