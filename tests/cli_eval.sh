@@ -53,6 +53,23 @@ else
 	bad "eval window,h2o: exit $? ($(tail -2 "$tmp/err"))"
 fi
 
+# --mem: each budget also as a whole-pool limit, the pool never above it
+if "$bin" eval -m "$model" "$text" --policies tiered --budgets 0.35 --mem --gen 0 --json "$tmp/m.json" \
+	>"$tmp/m.md" 2>"$tmp/err"; then
+	ok
+	[ "$(wc -l <"$tmp/m.json")" -eq 3 ] && ok || bad "m.json: want 3 rows, got $(wc -l <"$tmp/m.json")"
+	grep -q '"policy":"tiered","budget":0.35,"limit":"cap"' "$tmp/m.json" && ok || bad "no cap row: $(cat "$tmp/m.json")"
+	pool=$(grep '"limit":"pool"' "$tmp/m.json")
+	[ -n "$pool" ] && ok || bad "no pool row: $(cat "$tmp/m.json")"
+	full=$(head -1 "$tmp/m.json" | sed -n 's/.*"kv_full_bytes":\([^,]*\),.*/\1/p')
+	peak=$(echo "$pool" | sed -n 's/.*"alloc_peak_bytes":\([^,]*\),.*/\1/p')
+	awk -v p="$peak" -v f="$full" 'BEGIN { exit !(p > 0 && p <= 0.35 * f + 1) }' && ok ||
+		bad "pool row: peak $peak of the pool over 0.35 x $full"
+	grep -q '^| tiered | 0.35 | pool |' "$tmp/m.md" && ok || bad "table: $(cat "$tmp/m.md")"
+else
+	bad "eval --mem: exit $? ($(tail -2 "$tmp/err"))"
+fi
+
 # usage and runtime errors
 "$bin" eval --help >/dev/null && ok || bad "eval --help"
 expect 2 "no text" eval -m "$model"

@@ -17,7 +17,7 @@ if "$bin" eval --retrieval all -m "$model" -c 512 "${fill[@]}" --ctx-lens 400,48
 	[ "$(wc -l <"$tmp/r.json")" -eq 5 ] && ok || bad "r.json: want 5 rows, got $(wc -l <"$tmp/r.json")"
 	row0=$(head -1 "$tmp/r.json")
 	case $row0 in
-	'{"policy":"full","budget":1,"failed":0,"samples":24,'*'"ratio":1,'*) ok ;;
+	'{"policy":"full","budget":1,"limit":"none","failed":0,"samples":24,'*'"ratio":1,'*) ok ;;
 	*) bad "row 0 is not the full cache: $row0" ;;
 	esac
 	while read -r row; do
@@ -65,6 +65,16 @@ done
 [ "$(grep -c want "$tmp/v5.txt")" -eq 16 ] && ok || bad "seed 5: want 8 answers twice: $(cat "$tmp/v5.txt")"
 diff <(sed -n 1,12p "$tmp/v5.txt") <(sed -n 13,24p "$tmp/v5.txt") >/dev/null && ok || bad "seed 5 twice differs"
 diff <(sed -n 1,12p "$tmp/v5.txt") "$tmp/v6.txt" >/dev/null && bad "seeds 5 and 6 agree" || ok
+
+# --mem: a pool row beside the cap row, in the table and the JSON
+if "$bin" eval --retrieval passkey -m "$model" "${fill[@]}" --ctx-lens 480 --depths 0.5 --samples 1 \
+	--policies tiered --budgets 0.5 --mem --json "$tmp/mem.json" >"$tmp/mem.md" 2>"$tmp/err"; then
+	grep -q '^| tiered | 0.5 | cap |' "$tmp/mem.md" && grep -q '^| tiered | 0.5 | pool |' "$tmp/mem.md" && ok ||
+		bad "--mem table: $(cat "$tmp/mem.md")"
+	[ "$(grep -c '"limit":"pool"' "$tmp/mem.json")" -eq 1 ] && ok || bad "--mem json: $(cat "$tmp/mem.json")"
+else
+	bad "eval --retrieval --mem: exit $? ($(tail -2 "$tmp/err"))"
+fi
 
 # usage and runtime errors
 "$bin" eval --help | grep -q -- '--retrieval TASKS' && ok || bad "eval --help lacks --retrieval"

@@ -108,6 +108,7 @@ void cli_eval_help(void)
 	       "      --seed S          seed of the prompts (default 1); the same seed, files and\n"
 	       "                        tokenizer give the same prompts\n"
 	       "      --grid POLICY     also print that policy's accuracy by depth and length\n"
+	       "      --mem             as above: each budget also as a whole-pool --kv-mem\n"
 	       "  -v, --verbose         each answer, expected and generated, on stderr\n"
 	       "      --json, --plot    as above: one object per row (per task, length and depth\n"
 	       "                        counts); an SVG of mean accuracy against the KV ratio\n"

@@ -53,6 +53,7 @@ struct rq_opts {
 	uint64_t seed;
 	int grid;             /* policy of --grid, or -1 */
 	int verbose, kv_stats;
+	int mem;              /* --mem: each budget also as a whole-pool --kv-mem */
 	struct tkv_engine_params ep;
 };
 
@@ -158,6 +159,8 @@ static int parse(int argc, char **argv, struct rq_opts *o)
 		} else if (!strcmp(s, "--seed")) {
 			if ((rc = cli_u64(&a, s, &o->seed)))
 				return rc;
+		} else if (!strcmp(s, "--mem")) {
+			o->mem = 1;
 		} else if (!strcmp(s, "--grid")) {
 			if (!(v = cli_value(&a, s)))
 				return CLI_USAGE;
@@ -225,6 +228,7 @@ struct rq_sample {
 struct rq_row {
 	enum tkv_policy policy;
 	double budget;
+	bool mem;                   /* the budget limits the whole pool (--kv-mem) */
 	double kv_peak, kv_full;    /* sums over samples (bytes) */
 	size_t n_run;               /* samples that ran */
 	size_t n[RETR_TASK_COUNT], correct[RETR_TASK_COUNT];
@@ -267,7 +271,10 @@ static struct tkv_engine_params row_params(const struct rq_opts *o, const struct
 	if (r->budget < 1.0) {
 		double b = r->budget * (double)n_tokens * (double)bpt;
 
-		ep.kv.seq_budget = b < 1.0 ? 1 : (size_t)b;
+		if (r->mem)
+			ep.kv_mem = b < 1.0 ? 1 : (size_t)b;
+		else
+			ep.kv.seq_budget = b < 1.0 ? 1 : (size_t)b;
 	}
 	return ep;
 }
@@ -378,11 +385,11 @@ static void print_table(FILE *f, const struct rq_ctx *x)
 	const struct rq_opts *o = x->o;
 	char b[4][32];
 
-	fprintf(f, "| policy | budget | KV peak | ratio |");
+	fprintf(f, "| policy | budget |%s KV peak | ratio |", o->mem ? " limit |" : "");
 	for (int t = 0; t < RETR_TASK_COUNT; t++)
 		if (o->tasks[t])
 			fprintf(f, " %s %% |", retr_tasks[t].name);
-	fprintf(f, " mean %% | s |\n|---|---:|---:|---:|");
+	fprintf(f, " mean %% | s |\n|---|---:|%s---:|---:|", o->mem ? "---|" : "");
 	for (int t = 0; t < RETR_TASK_COUNT; t++)
 		if (o->tasks[t])
 			fprintf(f, "---:|");
@@ -390,8 +397,10 @@ static void print_table(FILE *f, const struct rq_ctx *x)
 	for (size_t i = 0; i < x->n_rows; i++) {
 		const struct rq_row *r = &x->rows[i];
 
-		fprintf(f, "| %s%s | %g | %s | %s |", tkv_policy_name(r->policy), r->n_failed ? " (failed)" : "",
-			r->budget, r->n_run ? cli_fmt_bytes(b[0], 32, r->kv_peak / (double)r->n_run) : "-",
+		fprintf(f, "| %s%s | %g |", tkv_policy_name(r->policy), r->n_failed ? " (failed)" : "", r->budget);
+		if (o->mem)
+			fprintf(f, " %s |", r->budget >= 1.0 ? "-" : r->mem ? "pool" : "cap");
+		fprintf(f, " %s | %s |", r->n_run ? cli_fmt_bytes(b[0], 32, r->kv_peak / (double)r->n_run) : "-",
 			num(b[1], 32, "%.3f", row_ratio(r)));
 		for (int t = 0; t < RETR_TASK_COUNT; t++)
 			if (o->tasks[t])
@@ -426,8 +435,8 @@ static void print_grid(FILE *f, const struct rq_ctx *x)
 	for (size_t r = 0; r < x->n_rows; r++) {
 		if ((int)x->rows[r].policy != o->grid)
 			continue;
-		fprintf(f, "\n%s at budget %g: accuracy %% by needle depth and length (all tasks)\n\n| depth |",
-			tkv_policy_name(x->rows[r].policy), x->rows[r].budget);
+		fprintf(f, "\n%s at budget %g%s: accuracy %% by needle depth and length (all tasks)\n\n| depth |",
+			tkv_policy_name(x->rows[r].policy), x->rows[r].budget, x->rows[r].mem ? " (pool)" : "");
 		for (size_t l = 0; l < o->n_lens; l++)
 			fprintf(f, " %ld |", o->lens[l]);
 		fprintf(f, " all |\n|---:|");
@@ -482,6 +491,7 @@ static int write_json(const char *path, const struct rq_ctx *x)
 
 		fprintf(f, "{\"policy\":\"%s\",", tkv_policy_name(r->policy));
 		jnum(f, "budget", r->budget);
+		fprintf(f, ",\"limit\":\"%s\"", r->budget >= 1.0 ? "none" : r->mem ? "pool" : "cap");
 		fprintf(f, ",\"failed\":%zu,\"samples\":%zu,", r->n_failed, r->n_run);
 		jnum(f, "kv_peak_bytes", r->n_run ? r->kv_peak / (double)r->n_run : NAN);
 		fprintf(f, ",");
@@ -665,7 +675,7 @@ int cli_eval_retrieval(int argc, char **argv)
 	if ((rc = load_corpus(&x)) || (rc = make_samples(&x)))
 		goto out;
 	rc = CLI_ERR;
-	x.rows = calloc(1 + o.n_pol * o.n_bud, sizeof *x.rows);
+	x.rows = calloc(1 + 2 * o.n_pol * o.n_bud, sizeof *x.rows);
 	if (!x.rows) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
 		goto out;
@@ -674,10 +684,12 @@ int cli_eval_retrieval(int argc, char **argv)
 	x.rows[x.n_rows].policy = TKV_POLICY_FULL;
 	x.rows[x.n_rows++].budget = 1.0;
 	for (size_t p = 0; p < o.n_pol; p++)
-		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++) {
-			x.rows[x.n_rows].policy = o.policies[p];
-			x.rows[x.n_rows++].budget = o.budgets[b];
-		}
+		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++)
+			for (int mem = 0; mem <= (o.mem && o.budgets[b] < 1.0); mem++) {
+				x.rows[x.n_rows].policy = o.policies[p];
+				x.rows[x.n_rows].mem = mem;
+				x.rows[x.n_rows++].budget = o.budgets[b];
+			}
 	if (!(x.result = calloc(x.n_rows * x.n_samples, 1))) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
 		goto out;
