@@ -35,6 +35,11 @@ static void serve_help(void)
 	       "      --kv-expect R     expected KV bytes per token over a full f16 token, for admission\n"
 	       "                        (default: from the policy's tiers)\n"
 	       "      --prefix-cache on|off  share the KV pages of common prompt prefixes (off)\n"
+	       "      --kv-store redis://[[USER]:PASS@]HOST[:PORT][/DB]  share prefix chunks with other\n"
+	       "                        replicas through Redis (turns --prefix-cache on; docs/deploy.md)\n"
+	       "      --kv-store-password P  Redis AUTH password (or TIERKV_KV_STORE_PASSWORD)\n"
+	       "      --kv-store-ttl S  seconds a stored chunk lives after its last use (3600)\n"
+	       "      --kv-store-timeout S  Redis connect timeout and lookup deadline (0.5)\n"
 	       "  -v, --verbose         log every request on stderr\n"
 	       "  -h, --help            this text\n\n",
 	       srv_chat_family_names());
@@ -49,7 +54,7 @@ int cli_serve(int argc, char **argv)
 	long x;
 	double d;
 	size_t sz;
-	int rc;
+	int rc, kv_store_set = 0;
 
 	if (env_key && *env_key)
 		p.api_key = env_key;
@@ -129,6 +134,24 @@ int cli_serve(int argc, char **argv)
 				p.ep.prefix_cache = 0;
 			else
 				return cli_usage_error(&a, "--prefix-cache: '%s' is not on or off", v);
+		} else if (!strcmp(s, "--kv-store")) {
+			if (!(v = cli_value(&a, s)))
+				return CLI_USAGE;
+			if (strncmp(v, "redis://", 8))
+				return cli_usage_error(&a, "--kv-store: '%s' is not redis://HOST[:PORT][/DB]", v);
+			p.kv_store = v;
+			kv_store_set = 1;
+		} else if (!strcmp(s, "--kv-store-password")) {
+			if (!(p.kv_store_password = cli_value(&a, s)))
+				return CLI_USAGE;
+		} else if (!strcmp(s, "--kv-store-ttl")) {
+			if ((rc = cli_int(&a, s, 1, 1L << 30, &x)))
+				return rc;
+			p.kv_store_ttl = (int)x;
+		} else if (!strcmp(s, "--kv-store-timeout")) {
+			if ((rc = cli_float(&a, s, 0.001, 60, &d)))
+				return rc;
+			p.kv_store_timeout = d;
 		} else if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) {
 			p.verbose = 1;
 		} else {
@@ -142,6 +165,8 @@ int cli_serve(int argc, char **argv)
 	}
 	if (cli_kv_check(&a, &p.ep))
 		return CLI_USAGE;
+	if (kv_store_set)
+		p.ep.prefix_cache = 1;  /* the store sits behind the local prefix tree */
 	if (!p.model_path && !(p.model_path = cli_bundled_model())) {
 		fprintf(stderr, "tierkv serve: no -m given and the bundled model was not found\n");
 		return CLI_USAGE;

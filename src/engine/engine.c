@@ -636,3 +636,20 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 	tkv_free(e->alloc, p.done);
 	return p.first;
 }
+
+/* ---- for engine/kvstore.c (engine_impl.h) ---- */
+
+struct kv_prefix *tkv_engine_prefix_tree(struct tkv_engine *e)
+{
+	return e->prefix;
+}
+
+struct kv_pool *tkv_engine_kv_pool(struct tkv_engine *e)
+{
+	return e->pool;
+}
+
+struct kv_seq *tkv_seq_kv_cache(struct tkv_seq *s)
+{
+	return s->kv;
+}

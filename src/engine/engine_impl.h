@@ -65,4 +65,10 @@ int gov_make_room(struct tkv_engine *e, size_t need);
  * chunk. */
 void gov_choose_plan(struct tkv_engine *e, struct tkv_seq *s);
 
+/* Borrowed from the engine (for engine/kvstore.c): its prefix tree (NULL
+ * without prefix_cache), its page pool, and a sequence's cache. */
+struct kv_prefix *tkv_engine_prefix_tree(struct tkv_engine *e);
+struct kv_pool *tkv_engine_kv_pool(struct tkv_engine *e);
+struct kv_seq *tkv_seq_kv_cache(struct tkv_seq *s);
+
 #endif

@@ -16,6 +16,7 @@ struct node {
 	struct node **kids;
 	uint32_t n_kids, cap_kids;
 	uint64_t last_use;
+	bool stored;              /* known to be in the shared store */
 };
 
 struct kv_prefix {
@@ -234,6 +235,91 @@ size_t kv_prefix_shrink(struct kv_prefix *t, size_t bytes)
 		t->st.dropped++;
 	}
 	return freed;
+}
+
+/* The node of ids' chunk c - 1 along the path (root for 0), or NULL. */
+static struct node *walk(const struct kv_prefix *t, const int32_t *ids, size_t c, size_t *got)
+{
+	const struct node *cur = &t->root;
+	size_t k = 0;
+
+	for (; k < c; k++) {
+		const struct node *nx = child(t, cur, ids + k * t->P);
+
+		if (!nx)
+			break;
+		cur = nx;
+	}
+	*got = k;
+	return (struct node *)cur;
+}
+
+size_t kv_prefix_match(const struct kv_prefix *t, const int32_t *ids, size_t n_chunks)
+{
+	size_t got;
+
+	walk(t, ids, n_chunks, &got);
+	return got;
+}
+
+size_t kv_prefix_stored(const struct kv_prefix *t, const int32_t *ids, size_t n_chunks)
+{
+	const struct node *cur = &t->root;
+	size_t k = 0;
+
+	for (; k < n_chunks; k++) {
+		const struct node *nx = child(t, cur, ids + k * t->P);
+
+		if (!nx || !nx->stored)
+			break;
+		cur = nx;
+	}
+	return k;
+}
+
+void kv_prefix_mark_stored(struct kv_prefix *t, const int32_t *ids, size_t n_chunks)
+{
+	struct node *cur = &t->root;
+
+	for (size_t k = 0; k < n_chunks; k++) {
+		struct node *nx = child(t, cur, ids + k * t->P);
+
+		if (!nx)
+			break;
+		nx->stored = true;
+		cur = nx;
+	}
+}
+
+int kv_prefix_graft(struct kv_prefix *t, const int32_t *ids, size_t c, struct kv_page **pages)
+{
+	size_t got;
+	struct node *cur = walk(t, ids, c, &got), *k;
+
+	if (got != c || child(t, cur, ids + c * t->P))
+		return TKV_ERR_ARG;
+	k = tkv_calloc(t->alloc, 1, sizeof *k);
+	if (k) {
+		k->tokens = tkv_malloc(t->alloc, t->P * sizeof *k->tokens);
+		k->pages = tkv_malloc(t->alloc, t->n_streams * sizeof *k->pages);
+	}
+	if (!k || !k->tokens || !k->pages || grow_kids(t, cur)) {
+		if (k) {
+			tkv_free(t->alloc, k->tokens);
+			tkv_free(t->alloc, k->pages);
+		}
+		tkv_free(t->alloc, k);
+		return TKV_ERR_NOMEM;
+	}
+	memcpy(k->tokens, ids + c * t->P, t->P * sizeof *k->tokens);
+	memcpy(k->pages, pages, t->n_streams * sizeof *pages);
+	k->parent = cur;
+	k->last_use = ++t->tick;
+	k->stored = true;
+	cur->kids[cur->n_kids++] = k;
+	t->st.nodes++;
+	t->st.pages += t->n_streams;
+	return TKV_OK;
 }
 
 void kv_prefix_get_stats(const struct kv_prefix *t, struct kv_prefix_stats *out)

@@ -45,6 +45,19 @@ int kv_prefix_insert(struct kv_prefix *t, struct kv_seq *s, const int32_t *ids, 
 /* Frees least recently used chunks no sequence holds until `bytes` have been
  * returned to the pool or none is left; returns the bytes freed. */
 size_t kv_prefix_shrink(struct kv_prefix *t, size_t bytes);
+/* Shared store (store.h): the chunks of ids (whole chunks only, at most
+ * n_chunks) found in the tree from the root. */
+size_t kv_prefix_match(const struct kv_prefix *t, const int32_t *ids, size_t n_chunks);
+/* Of those, the leading chunks known to be in the shared store (grafted from
+ * it or marked after an export). */
+size_t kv_prefix_stored(const struct kv_prefix *t, const int32_t *ids, size_t n_chunks);
+/* Marks the tree's nodes of ids' first n_chunks chunks as in the store. */
+void kv_prefix_mark_stored(struct kv_prefix *t, const int32_t *ids, size_t n_chunks);
+/* Adds chunk c of ids (its parent chunks [0, c) must be in the tree) with
+ * pages[n_streams] (frozen, refs 1: the tree takes that reference), marked as
+ * in the store. TKV_ERR_ARG when the parent path is missing or the chunk is
+ * already there, TKV_ERR_NOMEM; on error the pages stay the caller's. */
+int kv_prefix_graft(struct kv_prefix *t, const int32_t *ids, size_t c, struct kv_page **pages);
 void kv_prefix_get_stats(const struct kv_prefix *t, struct kv_prefix_stats *out);
 
 /* Replaces frozen page i of a stream by a private copy (copy-on-write).

@@ -401,6 +401,13 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 		} else if (!strcmp(key, "presence_penalty")) {
 			if (!(rc = get_num(v, key, -2, 2, &d, e)))
 				g->presence_penalty = (float)d;
+		} else if (!strcmp(key, "session_id")) {
+			/* a conversation resumable on any replica (--kv-store): its chunks are stored at the end */
+			if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 256)
+				rc = srv_errf(e, 400, INVALID, "invalid_type", key,
+					      "'%s' must be a string of 1 to 256 characters", key);
+			else
+				g->session = true;
 		} else if (!strcmp(key, "seed")) {
 			if (!(rc = get_int(v, key, INT64_MIN, INT64_MAX, &x, e))) {
 				g->sp.seed = (uint64_t)x;

@@ -128,6 +128,8 @@ char *srv_metrics_text(struct srv *s)
 	gauge(&b, "predictor_mae_tokens", "Mean absolute error of the predicted final length (tokens).", mae);
 	counter(&b, "predictor_samples_total", "Finished requests the predictor was scored on.",
 		(unsigned long long)pred_n);
+	if (s->kvs)
+		srv_kvs_metrics(s->kvs, &b);
 	out = b.p ? strdup(b.p) : NULL;   /* reply() hands it to libmicrohttpd, which calls free() */
 	srv_buf_free(&b);
 	return out;

@@ -244,6 +244,9 @@ static int publish(struct srv_req *r, size_t upto)
  * queue and the live list. Under s->mu, on the scheduler thread. */
 static void finish(struct srv *s, struct srv_req *r, enum srv_finish f, const struct srv_err *e)
 {
+	/* a session's turn ends: store the conversation so far for its next turn */
+	if (s->kvs && r->gen.session && r->seq && (f == SRV_FIN_STOP || f == SRV_FIN_LENGTH))
+		srv_kvs_save(s->kvs, r->seq, r->ctx, tkv_seq_n_past(r->seq));
 	release_seq(r);
 	if ((f == SRV_FIN_STOP || f == SRV_FIN_LENGTH) && publish(r, r->raw.len)) {
 		/* the end of the text cannot be published: an error, not a short text */
@@ -381,6 +384,9 @@ static int admit(struct srv *s, struct srv_req *r)
 	}
 	if (tkv_seq_init(&r->seq, s->engine, &err))
 		return -1;
+	/* the shared store first grafts the stored chunks the local tree lacks */
+	if (s->kvs)
+		srv_kvs_fetch(s->kvs, r->ctx, g->n_prompt);
 	/* prefix sharing: reuse cached pages of the prompt's longest known prefix */
 	if (tkv_seq_reuse_prefix(r->seq, r->ctx, g->n_prompt, &reused, &err)) {
 		release_seq(r);
@@ -623,6 +629,8 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		if (!r->prefix_published && r->n_fed >= r->gen.n_prompt) {
 			/* offer the prompt's pages to later requests (a no-op without --prefix-cache) */
 			tkv_seq_publish_prefix(r->seq, r->ctx, r->gen.n_prompt, NULL);
+			if (s->kvs)
+				srv_kvs_save(s->kvs, r->seq, r->ctx, r->gen.n_prompt);
 			r->prefix_published = true;
 		}
 		if (!it->logits)

@@ -120,6 +120,14 @@ int srv_start(struct srv **out, const struct srv_params *p)
 	s->api.alloc = s->alloc;
 	if (pick_template(s, &s->api.chat))
 		goto fail;
+	if (p->kv_store) {
+		char msg[256];
+
+		if (srv_kvs_start(&s->kvs, s, msg, sizeof msg)) {
+			fprintf(stderr, "tierkv serve: %s\n", msg);
+			goto fail;
+		}
+	}
 	srv_pred_init(&s->pred, &s->info, tkv_model_kv_bytes_per_token(s->model), &s->p.ep, p->kv_expect);
 	if (srv_sched_start(s)) {
 		fprintf(stderr, "tierkv serve: cannot start the scheduler\n");
@@ -158,6 +166,7 @@ void srv_stop(struct srv *s)
 	http_stop(s);
 	/* requests still referenced by nobody but the scheduler are gone; the rest
 	 * were answered before the daemon stopped */
+	srv_kvs_stop(s->kvs);
 	tkv_engine_free(s->engine);
 	tkv_model_free(s->model);
 	pthread_cond_destroy(&s->sched_cv);

@@ -34,6 +34,10 @@ struct srv_params {
 	double kv_expect;         /* expected cache bytes per token / full f16; 0 = from the policy */
 	int verbose;              /* log every request on stderr */
 	int kv_stats;             /* print the cache statistics at exit */
+	const char *kv_store;     /* redis://[[USER]:PASS@]HOST[:PORT][/DB] or NULL (kvstore.c) */
+	const char *kv_store_password; /* AUTH password (else the URL's or TIERKV_KV_STORE_PASSWORD) */
+	int kv_store_ttl;         /* seconds an entry lives after its last use (3600) */
+	double kv_store_timeout;  /* seconds: connect, lookup deadline (0.5) */
 	struct tkv_engine_params ep;  /* ep.alloc (NULL = uncounted) also takes the model's and the
 				       * server's own memory; jansson and libmicrohttpd use malloc */
 };

@@ -94,6 +94,7 @@ struct srv_gen {
 	char *stop[SRV_MAX_STOP];
 	size_t stop_len[SRV_MAX_STOP];
 	int n_stop;
+	bool session;            /* session_id given: the conversation's chunks are stored at the end */
 	char ignored[160];       /* unknown fields, comma-separated (reported in a header) */
 	struct tkv_alloc *alloc; /* of ids and stop (the parse context's) */
 };
@@ -277,6 +278,7 @@ struct srv {
 	atomic_ullong id_counter;
 	struct srv_stats st;
 	struct MHD_Daemon *httpd;
+	struct srv_kvs *kvs;          /* NULL without --kv-store */
 };
 
 /* Makes a request from parsed params (taking ownership of g's contents): refs 1. */
@@ -292,6 +294,30 @@ void srv_sched_cancel(struct srv *s, struct srv_req *r);
 int srv_sched_start(struct srv *s);
 /* Fails every queued and live request with 503, stops and joins the scheduler. */
 void srv_sched_stop(struct srv *s);
+
+/* ---- shared KV store (kvstore.c) ---------------------------------------------- */
+
+struct srv_kvs;
+
+/* Store counters (atomics: the scheduler and writer threads add, /metrics reads). */
+struct srv_kvs_stats {
+	atomic_ullong lookups, hits, misses, skipped, hit_tokens, bytes_read, lookup_ns, timeouts;
+	atomic_ullong bytes_written, entries_written, writes_dropped, errors, outages, full;
+	atomic_ullong rejected[8];    /* by enum kv_store_verdict */
+};
+
+/* Connects to s->p.kv_store (a failure to connect is an outage, not an
+ * error: the server starts without it); -1 with msg for a bad URL or model. */
+int srv_kvs_start(struct srv_kvs **out, struct srv *s, char *msg, size_t n);
+void srv_kvs_stop(struct srv_kvs *k);
+/* Scheduler thread: before the local prefix lookup, grafts the stored chunks
+ * of ids[0, n) the local tree lacks (a no-op when it has them all or the
+ * store is down). */
+void srv_kvs_fetch(struct srv_kvs *k, const int32_t *ids, size_t n);
+/* Scheduler thread: encodes the sequence's full chunks of ids[0, n) not yet
+ * stored and queues them for the writer. */
+void srv_kvs_save(struct srv_kvs *k, struct tkv_seq *seq, const int32_t *ids, size_t n);
+void srv_kvs_metrics(struct srv_kvs *k, struct srv_buf *b);
 
 /* ---- metrics, http ---------------------------------------------------------- */
 
