@@ -192,8 +192,11 @@ static struct timeval tv_of(double s)
 	return tv;
 }
 
-static void went_down(struct srv_kvs *k, struct conn *cn, const char *why)
+static void went_down(struct srv_kvs *k, struct conn *cn, const char *reason)
 {
+	char why[160];
+
+	snprintf(why, sizeof why, "%s", reason);  /* reason may live in cn->c */
 	if (cn->c) {
 		redisFree(cn->c);
 		cn->c = NULL;
@@ -230,14 +233,25 @@ static bool setup_cmd(struct srv_kvs *k, struct conn *cn, const char *what, redi
 	return false;
 }
 
-/* A usable connection, or NULL (down and not yet time to retry, or the
+/* Drops a connection that failed before it was used this time: a Redis that
+ * restarted closed it while idle, which is no outage if a new one works. */
+static void drop_stale(struct conn *cn)
+{
+	redisFree(cn->c);
+	cn->c = NULL;
+	cn->retry_at = 0;
+}
+
+/* A usable connection (*fresh: made by this call), or NULL (down and not yet time to retry, or the
  * attempt failed). */
-static redisContext *get_conn(struct srv_kvs *k, struct conn *cn)
+static redisContext *get_conn(struct srv_kvs *k, struct conn *cn, bool *fresh)
 {
 	double now = srv_now();
 
+	*fresh = false;
 	if (cn->c)
 		return cn->c;
+	*fresh = true;
 	if (now < cn->retry_at)
 		return NULL;
 	cn->c = redisConnectWithTimeout(k->host, k->port, tv_of(k->timeout));
@@ -280,38 +294,48 @@ static void job_free(struct job *j)
 
 static void write_job(struct srv_kvs *k, struct job *j)
 {
-	redisContext *c = get_conn(k, &k->wr);
 	char key[192];
-	size_t sent = 0, ok = 0;
+	size_t ok = 0;
 	bool oom = false;
 
-	if (!c) {
-		atomic_fetch_add(&k->st.writes_dropped, j->count);
-		return;
-	}
-	for (; sent < j->count; sent++) {
-		int kl = key_of(k, &j->keys[sent], key, sizeof key);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool fresh, retry = false;
+		redisContext *c = get_conn(k, &k->wr, &fresh);
+		size_t sent = 0;
 
-		if (redisAppendCommand(c, "SET %b %b EX %d", key, (size_t)kl, j->buf + sent * k->eb, k->eb,
-				       k->ttl) != REDIS_OK)
+		if (!c)
 			break;
-	}
-	for (size_t i = 0; i < sent; i++) {
-		redisReply *r = NULL;
+		for (; sent < j->count; sent++) {
+			int kl = key_of(k, &j->keys[sent], key, sizeof key);
 
-		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-			went_down(k, &k->wr, c->errstr[0] ? c->errstr : "write failed");
+			if (redisAppendCommand(c, "SET %b %b EX %d", key, (size_t)kl, j->buf + sent * k->eb, k->eb,
+					       k->ttl) != REDIS_OK)
+				break;
+		}
+		for (size_t i = 0; i < sent; i++) {
+			redisReply *r = NULL;
+
+			if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+				if (i == 0 && !fresh && attempt == 0) {
+					drop_stale(&k->wr);
+					retry = true;
+				} else {
+					went_down(k, &k->wr, c->errstr[0] ? c->errstr : "write failed");
+				}
+				break;
+			}
+			if (r->type == REDIS_REPLY_ERROR) {
+				if (!strncmp(r->str, "OOM", 3))
+					oom = true;
+				else
+					atomic_fetch_add(&k->st.errors, 1);
+			} else {
+				ok++;
+			}
+			freeReplyObject(r);
+		}
+		if (!retry)
 			break;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			if (!strncmp(r->str, "OOM", 3))
-				oom = true;
-			else
-				atomic_fetch_add(&k->st.errors, 1);
-		} else {
-			ok++;
-		}
-		freeReplyObject(r);
 	}
 	atomic_fetch_add(&k->st.entries_written, ok);
 	atomic_fetch_add(&k->st.bytes_written, ok * k->eb);
@@ -362,6 +386,7 @@ int srv_kvs_start(struct srv_kvs **out, struct srv *s, char *msg, size_t n)
 	struct tkv_error err = { 0 };
 	const char *env = getenv("TIERKV_KV_STORE_PASSWORD");
 	uint64_t fp[2];
+	bool fresh;
 
 	*out = NULL;
 	if (!k) {
@@ -390,7 +415,7 @@ int srv_kvs_start(struct srv_kvs **out, struct srv *s, char *msg, size_t n)
 		 (unsigned long long)fp[0], k->g.n_layer, k->g.n_kv_head, k->g.head_dim, k->g.P,
 		 kv_fmt_name(k->g.fmt));
 	atomic_store(&k->up, 1);
-	if (!get_conn(k, &k->look))
+	if (!get_conn(k, &k->look, &fresh))
 		fprintf(stderr, "tierkv serve: the KV store is retried every %.0f s\n", RETRY_S);
 	if (pthread_create(&k->writer, NULL, writer_main, k)) {
 		snprintf(msg, n, "--kv-store: cannot start the writer thread");
@@ -455,10 +480,6 @@ void srv_kvs_fetch(struct srv_kvs *k, const int32_t *ids, size_t n)
 		return;
 	want = n_chunks - local < MAX_LOOKUP_CHUNKS ? n_chunks - local : MAX_LOOKUP_CHUNKS;
 	atomic_fetch_add(&k->st.lookups, 1);
-	if (!(c = get_conn(k, &k->look))) {
-		atomic_fetch_add(&k->st.skipped, 1);
-		return;
-	}
 	chain = malloc((local + want) * sizeof *chain);
 	rep = calloc(want, sizeof *rep);
 	bufs = calloc(want, sizeof *bufs);
@@ -466,30 +487,45 @@ void srv_kvs_fetch(struct srv_kvs *k, const int32_t *ids, size_t n)
 	if (!chain || !rep || !bufs || !lens)
 		goto out;
 	kv_store_chain(ids, local + want, k->g.P, chain);
-	/* one round trip: GET and a TTL refresh for every chunk not held locally */
-	for (; asked < want; asked++) {
-		int kl = key_of(k, &chain[local + asked], key, sizeof key);
+	for (int attempt = 0;; attempt++) {
+		bool fresh, retry = false;
 
-		if (redisAppendCommand(c, "GET %b", key, (size_t)kl) != REDIS_OK ||
-		    redisAppendCommand(c, "EXPIRE %b %d", key, (size_t)kl, k->ttl) != REDIS_OK)
+		if (!(c = get_conn(k, &k->look, &fresh))) {
+			atomic_fetch_add(&k->st.skipped, 1);
+			goto out;
+		}
+		/* one round trip: GET and a TTL refresh for every chunk not held locally */
+		for (asked = 0; asked < want; asked++) {
+			int kl = key_of(k, &chain[local + asked], key, sizeof key);
+
+			if (redisAppendCommand(c, "GET %b", key, (size_t)kl) != REDIS_OK ||
+			    redisAppendCommand(c, "EXPIRE %b %d", key, (size_t)kl, k->ttl) != REDIS_OK)
+				break;
+		}
+		for (size_t i = 0; i < 2 * asked; i++) {
+			redisReply *r = NULL;
+
+			if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+				if (i == 0 && !fresh && attempt == 0) {
+					drop_stale(&k->look);
+					retry = true;
+					break;
+				}
+				went_down(k, &k->look, c->errstr[0] ? c->errstr : "lookup failed");
+				goto out;
+			}
+			if (i % 2 == 0)
+				rep[i / 2] = r;
+			else
+				freeReplyObject(r);
+			if (srv_now() - t0 > k->timeout) {
+				atomic_fetch_add(&k->st.timeouts, 1);
+				went_down(k, &k->look, "lookup past --kv-store-timeout");
+				goto out;
+			}
+		}
+		if (!retry)
 			break;
-	}
-	for (size_t i = 0; i < 2 * asked; i++) {
-		redisReply *r = NULL;
-
-		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-			went_down(k, &k->look, c->errstr[0] ? c->errstr : "lookup failed");
-			goto out;
-		}
-		if (i % 2 == 0)
-			rep[i / 2] = r;
-		else
-			freeReplyObject(r);
-		if (srv_now() - t0 > k->timeout) {
-			atomic_fetch_add(&k->st.timeouts, 1);
-			went_down(k, &k->look, "lookup past --kv-store-timeout");
-			goto out;
-		}
 	}
 	for (size_t i = 0; i < asked; i++) {
 		if (rep[i]->type == REDIS_REPLY_STRING) {
