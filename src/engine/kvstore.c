@@ -4,6 +4,9 @@
 #include <stdlib.h>
 
 #include "engine/engine_impl.h"
+#include "kv/pool.h"
+#include "kv/prefix.h"
+#include "kv/seq.h"
 #include "util/status.h"
 
 int tkv_kvs_geometry(struct tkv_engine *e, const struct tkv_model_info *mi, const uint64_t fp[2],
