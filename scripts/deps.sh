@@ -12,6 +12,12 @@ command -v pkg-config >/dev/null || need+=(pkgconf)
 [ -f /usr/include/microhttpd.h ] || need+=(libmicrohttpd-dev)
 [ -f /usr/include/jansson.h ] || need+=(libjansson-dev)
 command -v curl >/dev/null || need+=(curl)
+# tierkv serve --kv-store: hiredis; its loopback test (tests/cli_kvstore.sh,
+# deploy/local.sh): redis-server, haproxy, python3
+[ -f /usr/include/hiredis/hiredis.h ] || need+=(libhiredis-dev)
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v python3 >/dev/null || need+=(python3)
 # the libFuzzer targets (scripts/fuzz.sh, the fuzz smoke of scripts/test.sh):
 # clang and its fuzzer runtime
 if [ "${TKV_FUZZ_DEPS:-0}" = 1 ]; then

@@ -12,7 +12,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:?usage: kvstore_bench.sh MODEL.gguf}
 LEN=${LEN:-2000} THREADS=${THREADS:-2} GEN=${GEN:-32} BASE=${BASE:-28000}
 TIERKV=${TIERKV:-$root/build/tierkv}
-cli="python3 $root/scripts/kvstore_client.py"
+py=$(command -v /usr/bin/python3 || command -v python3)
+cli="$py $root/scripts/kvstore_client.py"
 dir=$(mktemp -d)
 pids=()
 cleanup() {
@@ -66,7 +67,7 @@ wait_written "$C" "$chunks"
 stop_last
 serve C2 $((BASE + 3)) 1
 $cli ttft "$C" "$dir/p1.json" "$GEN" >"$dir/c_self.json"
-python3 - "$dir" "$hit_tokens" "$bpt" "$ratio" "$lookup_s" "$LEN" "$THREADS" "$t0" "$t1" "$t2" <<'PY'
+$py - "$dir" "$hit_tokens" "$bpt" "$ratio" "$lookup_s" "$LEN" "$THREADS" "$t0" "$t1" "$t2" <<'PY'
 import json, sys
 d, hit, bpt, ratio, lookup, n, th, t0, t1, t2 = sys.argv[1:]
 hit_s, miss_s = float(t1) - float(t0), float(t2) - float(t1)

@@ -20,7 +20,9 @@ if ! "$bin" serve --help 2>&1 | grep -q -- --kv-store; then
 	exit 77
 fi
 kjv=${TIERKV_BUNDLED:?}/kjv-2048.gguf
-cli="python3 $root/scripts/kvstore_client.py"
+# the system python (a version manager's shim can take seconds to start)
+py=$(command -v /usr/bin/python3 || command -v python3)
+cli="$py $root/scripts/kvstore_client.py"
 rport=$((20000 + RANDOM % 20000))
 pids=()
 cleanup() {
@@ -61,14 +63,14 @@ complete() {
 	local body extra=${4:-} f
 	[ -n "$extra" ] || extra='{}'
 	f=$(mktemp -p "$tmp")
-	body=$(python3 -c 'import json,sys; d={"prompt":sys.argv[1],"max_tokens":int(sys.argv[2]),"temperature":0}; d.update(json.loads(sys.argv[3])); print(json.dumps(d))' "$2" "${3:-24}" "$extra")
+	body=$($py -c 'import json,sys; d={"prompt":sys.argv[1],"max_tokens":int(sys.argv[2]),"temperature":0}; d.update(json.loads(sys.argv[3])); print(json.dumps(d))' "$2" "${3:-24}" "$extra")
 	curl -s -o "$f" -w '%{http_code}' "http://127.0.0.1:$1/v1/completions" -d "$body" >"$f.code"
 	if [ "$(cat "$f.code")" != 200 ]; then
 		echo "FAIL:$(cat "$f.code") $(head -c 200 "$f")"
 		return
 	fi
 	cp "$f" "$tmp/body"  # the last response, for usage
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$f"
+	$py -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$f"
 }
 m() { curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { printf "%d\n", $2 }'; }
 # new_keys BEFORE-FILE: store keys not in BEFORE-FILE
@@ -77,7 +79,7 @@ wait_written() { # PORT N
 	for ((i = 0; i < 100; i++)); do [ "$(m "$1" tierkv_kv_store_entries_written_total)" -ge "$2" ] && return; sleep 0.05; done
 }
 text() { # SEED: a prompt of ~200 tokens that no other test uses
-	python3 -c 'import random,sys; r=random.Random(int(sys.argv[1])); w="once upon a time there was a little girl named lily who loved to play in the park with her dog and a big red ball".split(); print(" ".join(r.choice(w) for _ in range(160)))' "$1"
+	$py -c 'import random,sys; r=random.Random(int(sys.argv[1])); w="once upon a time there was a little girl named lily who loved to play in the park with her dog and a big red ball".split(); print(" ".join(r.choice(w) for _ in range(160)))' "$1"
 }
 
 start_redis
@@ -109,7 +111,7 @@ step "(2)"
 # (2) a session continued on another replica: turn 1 on A, turn 2 on B
 s1=$(text 2)
 t1=$(complete $port_A "$s1" 40 '{"session_id":"conv-1"}')
-n1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens"])' "$tmp/body")
+n1=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens"])' "$tmp/body")
 sleep 0.3
 before=$(m $port_B tierkv_kv_store_hit_tokens_total)
 t2=$(complete $port_B "$s1$t1 and then" 16 '{"session_id":"conv-1"}')

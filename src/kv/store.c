@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "kv/share.h"
 #include "util/status.h"
 
 static const uint8_t magic[4] = { 'T', 'K', 'V', 'S' };
