@@ -45,10 +45,25 @@
 #define TOL_RT_Q4_K (0.5 / 15 + 0.05)
 #define TOL_RT_Q5_K (0.5 / 31 + 0.05)
 #define TOL_RT_Q6_K (0.5 / 31 + 0.05)
+/* The other types: q4_1 / q5_1 as the affine k-quants, per block of 32;
+ * q5_0 maps the value of largest magnitude onto -16, so the other end may be
+ * clamped a whole step (1/16); iq4_nl's grid has steps up to 24/127 and its
+ * positive end is 113/127 (plus the scale search); the k-quants relative to
+ * the super-block's range (q2_k: half a step of 3 plus the 4-bit scale and min)
+ * or magnitude (q3_k: a clamped step of 4, iq4_xs as iq4_nl, plus the 6-bit
+ * group scales). */
+#define TOL_RT_Q4_1 (0.5 / 15 + 0.01)
+#define TOL_RT_Q5_1 (0.5 / 31 + 0.01)
+#define TOL_RT_Q5_0 (1.0 / 16 + 0.01)
+#define TOL_RT_IQ4_NL 0.15
+#define TOL_RT_Q2_K (0.5 / 3 + 0.1)
+#define TOL_RT_Q3_K (1.0 / 4 + 0.03)
+#define TOL_RT_IQ4_XS 0.17
 #define TOL_RT_F16 (1.0 / 2048)
 #define TOL_RT_BF16 (1.0 / 256)
 
-static const uint32_t types[] = { TKV_F32, TKV_F16, TKV_BF16, TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K };
+static const uint32_t types[] = { TKV_F32, TKV_F16, TKV_BF16, TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K,
+				  TKV_Q4_1, TKV_Q5_0, TKV_Q5_1, TKV_IQ4_NL, TKV_Q2_K, TKV_Q3_K, TKV_IQ4_XS };
 #define N_TYPES (sizeof types / sizeof types[0])
 
 #define N_MAX 4096
@@ -126,6 +141,40 @@ static void make_row(uint32_t type, int64_t n, void *row)
 		for (int64_t i = 0; i < n / QK_K; i++)
 			((struct blk_q6_k *)row)[i].d = rand_scale();
 		break;
+	case TKV_Q4_1:
+		for (int64_t i = 0; i < n / 32; i++) {
+			((struct blk_q4_1 *)row)[i].d = rand_scale();
+			((struct blk_q4_1 *)row)[i].m = rand_scale() | (i % 3 ? 0x8000 : 0);
+		}
+		break;
+	case TKV_Q5_0:
+		for (int64_t i = 0; i < n / 32; i++)
+			((struct blk_q5_0 *)row)[i].d = rand_scale() | (i == 1 ? 0x8000 : 0);
+		break;
+	case TKV_Q5_1:
+		for (int64_t i = 0; i < n / 32; i++) {
+			((struct blk_q5_1 *)row)[i].d = rand_scale();
+			((struct blk_q5_1 *)row)[i].m = rand_scale() | (i % 3 ? 0x8000 : 0);
+		}
+		break;
+	case TKV_IQ4_NL:
+		for (int64_t i = 0; i < n / 32; i++)
+			((struct blk_iq4_nl *)row)[i].d = rand_scale() | (i == 1 ? 0x8000 : 0);
+		break;
+	case TKV_Q2_K:
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			((struct blk_q2_k *)row)[i].d = rand_scale();
+			((struct blk_q2_k *)row)[i].dmin = rand_scale();
+		}
+		break;
+	case TKV_Q3_K:
+		for (int64_t i = 0; i < n / QK_K; i++)
+			((struct blk_q3_k *)row)[i].d = rand_scale() | (i == 1 ? 0x8000 : 0);
+		break;
+	case TKV_IQ4_XS:
+		for (int64_t i = 0; i < n / QK_K; i++)
+			((struct blk_iq4_xs *)row)[i].d = rand_scale() | (i == 1 ? 0x8000 : 0);
+		break;
 	default:
 		fail_msg("make_row: type %u", type);
 	}
@@ -145,21 +194,29 @@ static void make_x(float *x, int64_t n, int pattern)
 static const ops_dequant_fn ref_dequant[TKV_DTYPE_COUNT] = {
 	[TKV_F32] = dequant_f32_ref, [TKV_F16] = dequant_f16_ref, [TKV_BF16] = dequant_bf16_ref,
 	[TKV_Q4_0] = dequant_q4_0_ref, [TKV_Q8_0] = dequant_q8_0_ref, [TKV_Q4_K] = dequant_q4_k_ref,
-	[TKV_Q5_K] = dequant_q5_k_ref, [TKV_Q6_K] = dequant_q6_k_ref,
+	[TKV_Q5_K] = dequant_q5_k_ref, [TKV_Q6_K] = dequant_q6_k_ref, [TKV_Q4_1] = dequant_q4_1_ref,
+	[TKV_Q5_0] = dequant_q5_0_ref, [TKV_Q5_1] = dequant_q5_1_ref, [TKV_IQ4_NL] = dequant_iq4_nl_ref,
+	[TKV_Q2_K] = dequant_q2_k_ref, [TKV_Q3_K] = dequant_q3_k_ref, [TKV_IQ4_XS] = dequant_iq4_xs_ref,
 };
 
 static const ops_dot_rows_fn ref_dot[TKV_DTYPE_COUNT] = {
 	[TKV_F32] = dot_rows_f32_ref, [TKV_F16] = dot_rows_f16_ref, [TKV_BF16] = dot_rows_bf16_ref,
 	[TKV_Q4_0] = dot_rows_q4_0_ref, [TKV_Q8_0] = dot_rows_q8_0_ref, [TKV_Q4_K] = dot_rows_q4_k_ref,
-	[TKV_Q5_K] = dot_rows_q5_k_ref, [TKV_Q6_K] = dot_rows_q6_k_ref,
+	[TKV_Q5_K] = dot_rows_q5_k_ref, [TKV_Q6_K] = dot_rows_q6_k_ref, [TKV_Q4_1] = dot_rows_q4_1_ref,
+	[TKV_Q5_0] = dot_rows_q5_0_ref, [TKV_Q5_1] = dot_rows_q5_1_ref, [TKV_IQ4_NL] = dot_rows_iq4_nl_ref,
+	[TKV_Q2_K] = dot_rows_q2_k_ref, [TKV_Q3_K] = dot_rows_q3_k_ref, [TKV_IQ4_XS] = dot_rows_iq4_xs_ref,
 };
 
 static const ops_pack_fn ref_pack[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = pack_q4_0_ref, [TKV_Q8_0] = pack_q8_0_ref, [TKV_Q4_K] = pack_q4_k_ref, [TKV_Q5_K] = pack_q5_k_ref,
+	[TKV_Q4_1] = pack_q4_1_ref, [TKV_Q5_0] = pack_q5_0_ref, [TKV_Q5_1] = pack_q5_1_ref,
+	[TKV_IQ4_NL] = pack_iq4_nl_ref, [TKV_IQ4_XS] = pack_iq4_xs_ref,
 };
 
 static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = panel_u_ref, [TKV_Q8_0] = panel_s8_ref, [TKV_Q4_K] = panel_u_ref, [TKV_Q5_K] = panel_u_ref,
+	[TKV_Q4_1] = panel_u_ref, [TKV_Q5_0] = panel_u_ref, [TKV_Q5_1] = panel_u_ref,
+	[TKV_IQ4_NL] = panel_s8_ref, [TKV_IQ4_XS] = panel_s8_ref,
 };
 
 static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
@@ -378,7 +435,9 @@ static void test_quantize_round_trip(void **state)
 	} cases[] = {
 		{ TKV_F16, TOL_RT_F16, 0 }, { TKV_BF16, TOL_RT_BF16, 0 }, { TKV_Q4_0, TOL_RT_Q4_0, 0 },
 		{ TKV_Q8_0, TOL_RT_Q8_0, 0 }, { TKV_Q4_K, TOL_RT_Q4_K, 1 }, { TKV_Q5_K, TOL_RT_Q5_K, 1 },
-		{ TKV_Q6_K, TOL_RT_Q6_K, 0 },
+		{ TKV_Q6_K, TOL_RT_Q6_K, 0 }, { TKV_Q4_1, TOL_RT_Q4_1, 1 }, { TKV_Q5_0, TOL_RT_Q5_0, 0 },
+		{ TKV_Q5_1, TOL_RT_Q5_1, 1 }, { TKV_IQ4_NL, TOL_RT_IQ4_NL, 0 }, { TKV_Q2_K, TOL_RT_Q2_K, 1 },
+		{ TKV_Q3_K, TOL_RT_Q3_K, 0 }, { TKV_IQ4_XS, TOL_RT_IQ4_XS, 0 },
 	};
 	static float x[1024], back[1024];
 	static unsigned char q[1024 * 4];
@@ -413,7 +472,7 @@ static void test_quantize_round_trip(void **state)
 			}
 		}
 	}
-	assert_int_equal(ops_quantize_row(TKV_Q4_1, x, q, 32), -1);
+	assert_int_equal(ops_quantize_row(TKV_IQ2_XXS, x, q, 256), -1);
 	assert_int_equal(ops_quantize_row(TKV_Q4_0, x, q, 33), -1);
 }
 

@@ -118,6 +118,18 @@ static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
 	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref,
 		       .pack = pack_q5_k_ref, .panel = panel_u_ref },
 	[TKV_Q6_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q6_k_ref, .dot_rows = dot_rows_q6_k_ref },
+	[TKV_Q4_1] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_1_ref, .dot_rows = dot_rows_q4_1_ref,
+		       .pack = pack_q4_1_ref, .panel = panel_u_ref },
+	[TKV_Q5_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q5_0_ref, .dot_rows = dot_rows_q5_0_ref,
+		       .pack = pack_q5_0_ref, .panel = panel_u_ref },
+	[TKV_Q5_1] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q5_1_ref, .dot_rows = dot_rows_q5_1_ref,
+		       .pack = pack_q5_1_ref, .panel = panel_u_ref },
+	[TKV_IQ4_NL] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_iq4_nl_ref, .dot_rows = dot_rows_iq4_nl_ref,
+			 .pack = pack_iq4_nl_ref, .panel = panel_s8_ref },
+	[TKV_Q2_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q2_k_ref, .dot_rows = dot_rows_q2_k_ref },
+	[TKV_Q3_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q3_k_ref, .dot_rows = dot_rows_q3_k_ref },
+	[TKV_IQ4_XS] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_iq4_xs_ref, .dot_rows = dot_rows_iq4_xs_ref,
+			 .pack = pack_iq4_xs_ref, .panel = panel_s8_ref },
 };
 
 static struct ops_act_kernels ops_act = {

@@ -84,6 +84,87 @@ struct blk_q6_k {
 };
 _Static_assert(sizeof(struct blk_q6_k) == 210, "q6_k block is 210 bytes");
 
+/* The other common GGUF types (ops/quant_more.c). Element e of a block of 32
+ * in q4_1 / q5_x / iq4_nl: the low nibble of qs[e] for e < 16, the high nibble
+ * of qs[e - 16] otherwise; the 5th bit of q5_x element e is bit e of qh (a
+ * little-endian uint32).
+ *
+ *   q4_1    32 weights  | f16 d | f16 m | 16 bytes qs; w = d * q + m
+ *   q5_0    32 weights  | f16 d | 4 bytes qh | 16 bytes qs; w = d * (q - 16)
+ *   q5_1    32 weights  | f16 d | f16 m | 4 bytes qh | 16 bytes qs; w = d * q + m
+ *   iq4_nl  32 weights  | f16 d | 16 bytes qs; w = d * ops_iq4nl_values[q]
+ *   q2_k   256 weights  | 16 bytes scales (low nibble scale, high nibble min, one
+ *                         per 16 weights) | 64 bytes qs | f16 d | f16 dmin;
+ *                         element e (h = e / 128, g = e % 128 / 32, l = e % 32)
+ *                         is bits 2g, 2g+1 of qs[32h + l]; with sc, m of
+ *                         scales[e / 16]: w = d * sc * q - dmin * m
+ *   q3_k   256 weights  | 32 bytes hmask | 64 bytes qs | 12 bytes of 16 6-bit
+ *                         scales | f16 d; element e: low 2 bits as q2_k, plus
+ *                         4 when bit 4h + g of hmask[l] is set, minus 4
+ *                         (q in -4..3); w = d * (sc[e / 16] - 32) * q, with
+ *                         sc[k] = (s[k % 8] >> 4 (k / 8)) & 15 |
+ *                                 ((s[8 + k % 4] >> 2 (k / 4)) & 3) << 4
+ *   iq4_xs 256 weights  | f16 d | u16 scales_h | 4 bytes scales_l | 128 bytes qs;
+ *                         sub-block j of 32 has 6-bit ls = nibble j of scales_l
+ *                         (low first) | bits 2j, 2j+1 of scales_h << 4 and the
+ *                         16 bytes qs[16j..] laid out as iq4_nl;
+ *                         w = d * (ls - 32) * ops_iq4nl_values[q]
+ */
+struct blk_q4_1 {
+	uint16_t d;           /* f16 scale */
+	uint16_t m;           /* f16 offset */
+	uint8_t qs[16];
+};
+_Static_assert(sizeof(struct blk_q4_1) == 20, "q4_1 block is 20 bytes");
+
+struct blk_q5_0 {
+	uint16_t d;
+	uint8_t qh[4];        /* 5th bits, bit e of the little-endian uint32 */
+	uint8_t qs[16];
+};
+_Static_assert(sizeof(struct blk_q5_0) == 22, "q5_0 block is 22 bytes");
+
+struct blk_q5_1 {
+	uint16_t d;
+	uint16_t m;
+	uint8_t qh[4];
+	uint8_t qs[16];
+};
+_Static_assert(sizeof(struct blk_q5_1) == 24, "q5_1 block is 24 bytes");
+
+struct blk_iq4_nl {
+	uint16_t d;
+	uint8_t qs[16];       /* indices into ops_iq4nl_values */
+};
+_Static_assert(sizeof(struct blk_iq4_nl) == 18, "iq4_nl block is 18 bytes");
+
+struct blk_q2_k {
+	uint8_t scales[QK_K / 16]; /* 4-bit scale | 4-bit min << 4 */
+	uint8_t qs[QK_K / 4];      /* 2-bit values */
+	uint16_t d;                /* f16 scale of the scales */
+	uint16_t dmin;             /* f16 scale of the mins */
+};
+_Static_assert(sizeof(struct blk_q2_k) == 84, "q2_k block is 84 bytes");
+
+struct blk_q3_k {
+	uint8_t hmask[QK_K / 8];   /* 3rd bits */
+	uint8_t qs[QK_K / 4];      /* low 2 bits */
+	uint8_t scales[12];        /* 16 6-bit scales, biased by 32 */
+	uint16_t d;
+};
+_Static_assert(sizeof(struct blk_q3_k) == 110, "q3_k block is 110 bytes");
+
+struct blk_iq4_xs {
+	uint16_t d;
+	uint16_t scales_h;         /* high 2 bits of the 8 sub-block scales */
+	uint8_t scales_l[QK_K / 64]; /* low 4 bits */
+	uint8_t qs[QK_K / 2];
+};
+_Static_assert(sizeof(struct blk_iq4_xs) == 136, "iq4_xs block is 136 bytes");
+
+/* The 16 values of iq4_nl / iq4_xs codes (the GGUF format's table). */
+extern const int8_t ops_iq4nl_values[16];
+
 enum ops_act_type {
 	OPS_ACT_F32 = 0,
 	OPS_ACT_Q8_32 = 1,
@@ -243,6 +324,44 @@ void repack_q8_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel);
+
+/* ---- the other common types (ops/quant_more.c) -------------------------------- */
+
+void dequant_q4_1_ref(const void *row, float *out, int64_t n);
+void dequant_q5_0_ref(const void *row, float *out, int64_t n);
+void dequant_q5_1_ref(const void *row, float *out, int64_t n);
+void dequant_iq4_nl_ref(const void *row, float *out, int64_t n);
+void dequant_q2_k_ref(const void *row, float *out, int64_t n);
+void dequant_q3_k_ref(const void *row, float *out, int64_t n);
+void dequant_iq4_xs_ref(const void *row, float *out, int64_t n);
+
+void dot_rows_q4_1_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q5_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q5_1_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_iq4_nl_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q2_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q3_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_iq4_xs_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+
+void pack_q4_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q5_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_q5_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_iq4_nl_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void pack_iq4_xs_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+
+/* Weight quantizers of these types (n a multiple of the block size). */
+void quantize_q4_1_ref(const float *x, void *out, int64_t n);
+void quantize_q5_0_ref(const float *x, void *out, int64_t n);
+void quantize_q5_1_ref(const float *x, void *out, int64_t n);
+void quantize_iq4_nl_ref(const float *x, void *out, int64_t n);
+void quantize_q2_k_ref(const float *x, void *out, int64_t n);
+void quantize_q3_k_ref(const float *x, void *out, int64_t n);
+void quantize_iq4_xs_ref(const float *x, void *out, int64_t n);
+
+/* The panel packer of quant.c: decode(row, b, q, &d, &m) gives block b of 32
+ * of a row as 32 one-byte values, the scale and the offset (w = d q + m). */
+typedef void (*ops_panel_decode_fn)(const void *row, int64_t b, uint8_t q[32], float *d, float *m);
+void ops_pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel, ops_panel_decode_fn decode);
 
 /* The 6-bit (scale, min) of sub-block j (0..7) of a q4_k/q5_k block. */
 static inline void ops_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)

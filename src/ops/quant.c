@@ -551,6 +551,13 @@ int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 	case TKV_Q4_K: quantize_q4_k(x, out, n); return 0;
 	case TKV_Q5_K: quantize_q5_k(x, out, n); return 0;
 	case TKV_Q6_K: quantize_q6_k(x, out, n); return 0;
+	case TKV_Q4_1: quantize_q4_1_ref(x, out, n); return 0;
+	case TKV_Q5_0: quantize_q5_0_ref(x, out, n); return 0;
+	case TKV_Q5_1: quantize_q5_1_ref(x, out, n); return 0;
+	case TKV_IQ4_NL: quantize_iq4_nl_ref(x, out, n); return 0;
+	case TKV_Q2_K: quantize_q2_k_ref(x, out, n); return 0;
+	case TKV_Q3_K: quantize_q3_k_ref(x, out, n); return 0;
+	case TKV_IQ4_XS: quantize_iq4_xs_ref(x, out, n); return 0;
 	default: return -1;
 	}
 }
@@ -567,8 +574,7 @@ static void panel_put(uint8_t *pb, int r, const uint8_t q[32], float d, float m)
 }
 
 /* The generic packer: decode(row, block, q, &d, &m) gives block b of a row. */
-static void pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel,
-		      void (*decode)(const void *row, int64_t b, uint8_t q[32], float *d, float *m))
+void ops_pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel, ops_panel_decode_fn decode)
 {
 	uint8_t *pb = panel;
 	static const uint8_t zero[32];
@@ -637,22 +643,22 @@ static void decode_q5_k(const void *row, int64_t b, uint8_t q[32], float *d, flo
 
 void pack_q4_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
 {
-	pack_rows(w, ws, nr, n, panel, decode_q4_0);
+	ops_pack_rows(w, ws, nr, n, panel, decode_q4_0);
 }
 
 void pack_q8_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
 {
-	pack_rows(w, ws, nr, n, panel, decode_q8_0);
+	ops_pack_rows(w, ws, nr, n, panel, decode_q8_0);
 }
 
 void pack_q4_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
 {
-	pack_rows(w, ws, nr, n, panel, decode_q4_k);
+	ops_pack_rows(w, ws, nr, n, panel, decode_q4_k);
 }
 
 void pack_q5_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
 {
-	pack_rows(w, ws, nr, n, panel, decode_q5_k);
+	ops_pack_rows(w, ws, nr, n, panel, decode_q5_k);
 }
 
 /* sum over blocks of (d dy) sum(q y) + m s, per row; q unsigned or signed. */

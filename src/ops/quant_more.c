@@ -1,0 +1,685 @@
+/* quant_more.c - scalar references of the other common GGUF weight types:
+ * q4_1, q5_0, q5_1, iq4_nl (blocks of 32, activations OPS_ACT_Q8_32) and q2_k,
+ * q3_k, iq4_xs (blocks of 256, activations OPS_ACT_Q8_256). For each: dequantize
+ * a row, integer row dots, a panel decoder where the type has blocks of 32
+ * with one scale, and a weight quantizer. Written from the layouts in
+ * ops_impl.h; dequantizing rounds as the GGUF reference does (a scale per
+ * block or sub-block times the integer value, then any offset). The arch/
+ * versions are tested against these. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/ops_impl.h"
+
+#define F16(h) ops_f16_to_f32(h)
+
+const int8_t ops_iq4nl_values[16] = {
+	-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+/* ---- element access ----------------------------------------------------------- */
+
+/* Nibble value of element e (0..31) of a 16-byte qs of a block of 32. */
+static inline int nib32(const uint8_t *qs, int e)
+{
+	return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+}
+
+/* Bit e of a little-endian uint32 stored as 4 bytes. */
+static inline int bit32(const uint8_t *qh, int e)
+{
+	return (qh[e / 8] >> (e % 8)) & 1;
+}
+
+/* q2_k / q3_k: the 2-bit field of element e (0..255) in qs[64]. */
+static inline int k_low2(const uint8_t *qs, int e)
+{
+	int h = e / 128, g = (e % 128) / 32, l = e % 32;
+
+	return (qs[32 * h + l] >> (2 * g)) & 3;
+}
+
+/* q3_k: the signed value (-4..3) of element e. */
+static inline int q3_k_value(const struct blk_q3_k *b, int e)
+{
+	int h = e / 128, g = (e % 128) / 32, l = e % 32;
+
+	return k_low2(b->qs, e) - ((b->hmask[l] >> (4 * h + g)) & 1 ? 0 : 4);
+}
+
+/* q3_k: the 6-bit scale k (0..15), still biased by 32. */
+static inline int q3_k_scale(const uint8_t *s, int k)
+{
+	return ((s[k % 8] >> (4 * (k / 8))) & 15) | ((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4;
+}
+
+/* iq4_xs: the 6-bit scale of sub-block j (0..7), still biased by 32. */
+static inline int iq4_xs_scale(const struct blk_iq4_xs *b, int j)
+{
+	return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b->scales_h >> (2 * j)) & 3) << 4;
+}
+
+/* ---- dequantize --------------------------------------------------------------- */
+
+void dequant_q4_1_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q4_1 *b = row;
+
+	for (int64_t i = 0; i < n / 32; i++, out += 32) {
+		float d = F16(b[i].d), m = F16(b[i].m);
+
+		for (int e = 0; e < 32; e++)
+			out[e] = (float)nib32(b[i].qs, e) * d + m;
+	}
+}
+
+void dequant_q5_0_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q5_0 *b = row;
+
+	for (int64_t i = 0; i < n / 32; i++, out += 32) {
+		float d = F16(b[i].d);
+
+		for (int e = 0; e < 32; e++)
+			out[e] = (float)((nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) - 16) * d;
+	}
+}
+
+void dequant_q5_1_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q5_1 *b = row;
+
+	for (int64_t i = 0; i < n / 32; i++, out += 32) {
+		float d = F16(b[i].d), m = F16(b[i].m);
+
+		for (int e = 0; e < 32; e++)
+			out[e] = (float)(nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) * d + m;
+	}
+}
+
+void dequant_iq4_nl_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_iq4_nl *b = row;
+
+	for (int64_t i = 0; i < n / 32; i++, out += 32) {
+		float d = F16(b[i].d);
+
+		for (int e = 0; e < 32; e++)
+			out[e] = d * (float)ops_iq4nl_values[nib32(b[i].qs, e)];
+	}
+}
+
+void dequant_q2_k_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q2_k *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++, out += QK_K) {
+		float d = F16(b[i].d), dmin = F16(b[i].dmin);
+
+		for (int k = 0; k < 16; k++) {
+			float dl = d * (float)(b[i].scales[k] & 15), ml = dmin * (float)(b[i].scales[k] >> 4);
+
+			for (int e = 16 * k; e < 16 * k + 16; e++)
+				out[e] = dl * (float)k_low2(b[i].qs, e) - ml;
+		}
+	}
+}
+
+void dequant_q3_k_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_q3_k *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++, out += QK_K) {
+		float d = F16(b[i].d);
+
+		for (int k = 0; k < 16; k++) {
+			float dl = d * (float)(q3_k_scale(b[i].scales, k) - 32);
+
+			for (int e = 16 * k; e < 16 * k + 16; e++)
+				out[e] = dl * (float)q3_k_value(&b[i], e);
+		}
+	}
+}
+
+void dequant_iq4_xs_ref(const void *row, float *out, int64_t n)
+{
+	const struct blk_iq4_xs *b = row;
+
+	for (int64_t i = 0; i < n / QK_K; i++) {
+		float d = F16(b[i].d);
+
+		for (int j = 0; j < 8; j++, out += 32) {
+			float dl = d * (float)(iq4_xs_scale(&b[i], j) - 32);
+
+			for (int e = 0; e < 32; e++)
+				out[e] = dl * (float)ops_iq4nl_values[nib32(b[i].qs + 16 * j, e)];
+		}
+	}
+}
+
+/* ---- row dots ------------------------------------------------------------------ */
+
+static inline const void *row_at(const void *w, size_t ws, int r)
+{
+	return (const char *)w + (size_t)r * ws;
+}
+
+/* q4_1 / q5_1: sum over blocks of d dy sum(q y) + m s, s = dy sum(y). */
+void dot_rows_q4_1_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q4_1 *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / 32; i++) {
+			int isum = 0;
+
+			for (int e = 0; e < 32; e++)
+				isum += nib32(b[i].qs, e) * y[i].qs[e];
+			sum += F16(b[i].d) * y[i].d * (float)isum + F16(b[i].m) * y[i].s;
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q5_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q5_0 *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / 32; i++) {
+			int isum = 0;
+
+			for (int e = 0; e < 32; e++)
+				isum += ((nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) - 16) * y[i].qs[e];
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q5_1_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q5_1 *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / 32; i++) {
+			int isum = 0;
+
+			for (int e = 0; e < 32; e++)
+				isum += (nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) * y[i].qs[e];
+			sum += F16(b[i].d) * y[i].d * (float)isum + F16(b[i].m) * y[i].s;
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_iq4_nl_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_32 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_iq4_nl *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / 32; i++) {
+			int isum = 0;
+
+			for (int e = 0; e < 32; e++)
+				isum += ops_iq4nl_values[nib32(b[i].qs, e)] * y[i].qs[e];
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+/* q2_k: dy (d sum_k sc_k sum(q y) - dmin sum_k m_k bsum_k) over the 16 groups
+ * of 16, the y sums from the activation's 16-element sums. */
+void dot_rows_q2_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q2_k *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			int isum = 0, msum = 0;
+
+			for (int k = 0; k < 16; k++) {
+				int dot = 0;
+
+				for (int e = 16 * k; e < 16 * k + 16; e++)
+					dot += k_low2(b[i].qs, e) * y[i].qs[e];
+				isum += (b[i].scales[k] & 15) * dot;
+				msum += (b[i].scales[k] >> 4) * y[i].bsums[k];
+			}
+			sum += y[i].d * (F16(b[i].d) * (float)isum - F16(b[i].dmin) * (float)msum);
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_q3_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q3_k *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			int isum = 0;
+
+			for (int k = 0; k < 16; k++) {
+				int dot = 0;
+
+				for (int e = 16 * k; e < 16 * k + 16; e++)
+					dot += q3_k_value(&b[i], e) * y[i].qs[e];
+				isum += (q3_k_scale(b[i].scales, k) - 32) * dot;
+			}
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+void dot_rows_iq4_xs_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_iq4_xs *b = row_at(w, ws, r);
+		float sum = 0.0f;
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			int isum = 0;
+
+			for (int j = 0; j < 8; j++) {
+				int dot = 0;
+
+				for (int e = 0; e < 32; e++)
+					dot += ops_iq4nl_values[nib32(b[i].qs + 16 * j, e)] * y[i].qs[32 * j + e];
+				isum += (iq4_xs_scale(&b[i], j) - 32) * dot;
+			}
+			sum += F16(b[i].d) * y[i].d * (float)isum;
+		}
+		s[r] = sum;
+	}
+}
+
+/* ---- panels (see ops_impl.h): blocks of 32 with one scale ------------------------- */
+
+static void decode_q4_1(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q4_1 *x = (const struct blk_q4_1 *)row + b;
+
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)nib32(x->qs, e);
+	*d = F16(x->d);
+	*m = F16(x->m);
+}
+
+static void decode_q5_0(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q5_0 *x = (const struct blk_q5_0 *)row + b;
+
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)(nib32(x->qs, e) | bit32(x->qh, e) << 4);
+	*d = F16(x->d);
+	*m = -16.0f * *d;
+}
+
+static void decode_q5_1(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_q5_1 *x = (const struct blk_q5_1 *)row + b;
+
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)(nib32(x->qs, e) | bit32(x->qh, e) << 4);
+	*d = F16(x->d);
+	*m = F16(x->m);
+}
+
+static void decode_iq4_nl(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_iq4_nl *x = (const struct blk_iq4_nl *)row + b;
+
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)ops_iq4nl_values[nib32(x->qs, e)];
+	*d = F16(x->d);
+	*m = 0.0f;
+}
+
+/* Sub-block b % 8 of super-block b / 8. */
+static void decode_iq4_xs(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
+{
+	const struct blk_iq4_xs *x = (const struct blk_iq4_xs *)row + b / 8;
+	int j = (int)(b % 8);
+
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)ops_iq4nl_values[nib32(x->qs + 16 * j, e)];
+	*d = F16(x->d) * (float)(iq4_xs_scale(x, j) - 32);
+	*m = 0.0f;
+}
+
+void pack_q4_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	ops_pack_rows(w, ws, nr, n, panel, decode_q4_1);
+}
+
+void pack_q5_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	ops_pack_rows(w, ws, nr, n, panel, decode_q5_0);
+}
+
+void pack_q5_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	ops_pack_rows(w, ws, nr, n, panel, decode_q5_1);
+}
+
+void pack_iq4_nl_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	ops_pack_rows(w, ws, nr, n, panel, decode_iq4_nl);
+}
+
+void pack_iq4_xs_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	ops_pack_rows(w, ws, nr, n, panel, decode_iq4_xs);
+}
+
+/* ---- weight quantizers ------------------------------------------------------------ */
+
+static inline int clampi(int v, int lo, int hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The f16 of d and the float it rounds to. */
+static inline uint16_t f16_round(float d, float *dq)
+{
+	uint16_t h = ops_f32_to_f16(d);
+
+	*dq = F16(h);
+	return h;
+}
+
+static inline float inv(float d)
+{
+	return d != 0.0f ? 1.0f / d : 0.0f;
+}
+
+/* The element of x[0..n) with the largest magnitude, with its sign. */
+static float signed_max(const float *x, int n)
+{
+	float best = 0.0f;
+
+	for (int i = 0; i < n; i++)
+		if (fabsf(x[i]) > fabsf(best))
+			best = x[i];
+	return best;
+}
+
+/* q4_1 / q5_1: [min, max] of the block onto 0..levels. */
+static void affine32(const float *x, int levels, uint16_t *d16, uint16_t *m16, uint8_t q[32])
+{
+	float lo = x[0], hi = x[0], d, m, id;
+
+	for (int e = 1; e < 32; e++) {
+		lo = fminf(lo, x[e]);
+		hi = fmaxf(hi, x[e]);
+	}
+	*d16 = f16_round((hi - lo) / (float)levels, &d);
+	*m16 = f16_round(lo, &m);
+	id = inv(d);
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)clampi((int)nearbyintf((x[e] - m) * id), 0, levels);
+}
+
+/* 32 values 0..15 into 16 bytes: element e < 16 low nibble of byte e. */
+static void put_nibbles(uint8_t *qs, const uint8_t q[32])
+{
+	for (int e = 0; e < 16; e++)
+		qs[e] = (uint8_t)((q[e] & 15) | (q[e + 16] & 15) << 4);
+}
+
+static void put_bit5(uint8_t qh[4], const uint8_t q[32])
+{
+	memset(qh, 0, 4);
+	for (int e = 0; e < 32; e++)
+		qh[e / 8] |= (uint8_t)((q[e] >> 4) << (e % 8));
+}
+
+void quantize_q4_1_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q4_1 *b = out;
+	uint8_t q[32];
+
+	for (int64_t i = 0; i < n / 32; i++, x += 32) {
+		affine32(x, 15, &b[i].d, &b[i].m, q);
+		put_nibbles(b[i].qs, q);
+	}
+}
+
+void quantize_q5_1_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q5_1 *b = out;
+	uint8_t q[32];
+
+	for (int64_t i = 0; i < n / 32; i++, x += 32) {
+		affine32(x, 31, &b[i].d, &b[i].m, q);
+		put_nibbles(b[i].qs, q);
+		put_bit5(b[i].qh, q);
+	}
+}
+
+/* q5_0: the value of largest magnitude maps to -16, the others to the grid. */
+void quantize_q5_0_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q5_0 *b = out;
+	uint8_t q[32];
+
+	for (int64_t i = 0; i < n / 32; i++, x += 32) {
+		float d, id;
+
+		b[i].d = f16_round(signed_max(x, 32) / -16.0f, &d);
+		id = inv(d);
+		for (int e = 0; e < 32; e++)
+			q[e] = (uint8_t)clampi((int)nearbyintf(x[e] * id) + 16, 0, 31);
+		put_nibbles(b[i].qs, q);
+		put_bit5(b[i].qh, q);
+	}
+}
+
+/* Index of the iq4 value nearest t (the values are sorted). */
+static int iq4_nearest(float t)
+{
+	int lo = 0, hi = 15;
+
+	while (hi - lo > 1) {
+		int mid = (lo + hi) / 2;
+
+		if (t < (float)ops_iq4nl_values[mid])
+			hi = mid;
+		else
+			lo = mid;
+	}
+	return t - (float)ops_iq4nl_values[lo] <= (float)ops_iq4nl_values[hi] - t ? lo : hi;
+}
+
+/* Squared error of x[0..n) on the iq4 grid of scale d, with the indices. */
+static float iq4_fit(const float *x, int n, float d, uint8_t *q)
+{
+	float id = inv(d), err = 0.0f;
+
+	for (int i = 0; i < n; i++) {
+		float e;
+
+		q[i] = (uint8_t)iq4_nearest(x[i] * id);
+		e = x[i] - d * (float)ops_iq4nl_values[q[i]];
+		err += e * e;
+	}
+	return err;
+}
+
+/* The scale of n (<= 32) values on the iq4 grid: the value of largest
+ * magnitude onto -127 (and a few scales around it), each refined by least
+ * squares for its indices; the one with the smallest error. With to_f16
+ * the scales are rounded to f16 before they are tried. */
+static float iq4_scale(const float *x, int n, int to_f16)
+{
+	float base = signed_max(x, n) / -127.0f, best = base, best_err = INFINITY;
+	uint8_t q[32];
+
+	if (base == 0.0f)
+		return 0.0f;
+	for (int k = -4; k <= 4; k++) {
+		float d = base * (1.0f + 0.04f * (float)k), num = 0.0f, den = 0.0f, err;
+
+		if (to_f16)
+			d = F16(ops_f32_to_f16(d));
+		err = iq4_fit(x, n, d, q);
+		if (err < best_err) {
+			best_err = err;
+			best = d;
+		}
+		for (int i = 0; i < n; i++) {
+			num += x[i] * (float)ops_iq4nl_values[q[i]];
+			den += (float)(ops_iq4nl_values[q[i]] * ops_iq4nl_values[q[i]]);
+		}
+		d = num / den;
+		if (to_f16)
+			d = F16(ops_f32_to_f16(d));
+		err = iq4_fit(x, n, d, q);
+		if (err < best_err) {
+			best_err = err;
+			best = d;
+		}
+	}
+	return best;
+}
+
+void quantize_iq4_nl_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_iq4_nl *b = out;
+	uint8_t q[32];
+
+	for (int64_t i = 0; i < n / 32; i++, x += 32) {
+		float d;
+
+		b[i].d = f16_round(iq4_scale(x, 32, 1), &d);
+		iq4_fit(x, 32, d, q);
+		put_nibbles(b[i].qs, q);
+	}
+}
+
+/* iq4_xs: each sub-block's scale as in iq4_nl, then those onto 6 bits (the
+ * largest in magnitude onto -32) against one f16 scale, and the values again
+ * on the grid of their rounded scale. */
+void quantize_iq4_xs_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_iq4_xs *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float sub[8], d, id;
+		uint8_t q[32];
+
+		for (int j = 0; j < 8; j++)
+			sub[j] = iq4_scale(x + 32 * j, 32, 0);
+		b[i].d = f16_round(signed_max(sub, 8) / -32.0f, &d);
+		id = inv(d);
+		b[i].scales_h = 0;
+		memset(b[i].scales_l, 0, sizeof b[i].scales_l);
+		for (int j = 0; j < 8; j++) {
+			int ls = clampi((int)nearbyintf(sub[j] * id), -32, 31) + 32;
+
+			b[i].scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+			b[i].scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+			iq4_fit(x + 32 * j, 32, d * (float)(ls - 32), q);
+			put_nibbles(b[i].qs + 16 * j, q);
+		}
+	}
+}
+
+/* q2_k: each group of 16 maps [min, max] (min clamped to <= 0) onto 0..3; the
+ * group scales and mins are then quantized to 4 bits against the largest. */
+void quantize_q2_k_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q2_k *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float scale[16], mins[16], max_scale = 0.0f, max_min = 0.0f, d, dmin, id, idm;
+
+		for (int k = 0; k < 16; k++) {
+			float lo = 0.0f, hi = 0.0f;
+
+			for (int l = 0; l < 16; l++) {
+				lo = fminf(lo, x[16 * k + l]);
+				hi = fmaxf(hi, x[16 * k + l]);
+			}
+			scale[k] = (hi - lo) / 3.0f;
+			mins[k] = -lo;
+			max_scale = fmaxf(max_scale, scale[k]);
+			max_min = fmaxf(max_min, mins[k]);
+		}
+		b[i].d = f16_round(max_scale / 15.0f, &d);
+		b[i].dmin = f16_round(max_min / 15.0f, &dmin);
+		id = inv(d);
+		idm = inv(dmin);
+		memset(b[i].qs, 0, sizeof b[i].qs);
+		for (int k = 0; k < 16; k++) {
+			int sc = clampi((int)nearbyintf(scale[k] * id), 0, 15);
+			int m = clampi((int)nearbyintf(mins[k] * idm), 0, 15);
+			float ds = d * (float)sc, dm = dmin * (float)m, ids = inv(ds);
+
+			b[i].scales[k] = (uint8_t)(sc | m << 4);
+			for (int e = 16 * k; e < 16 * k + 16; e++) {
+				int v = clampi((int)nearbyintf((x[e] + dm) * ids), 0, 3);
+				int h = e / 128, g = (e % 128) / 32, l = e % 32;
+
+				b[i].qs[32 * h + l] |= (uint8_t)(v << (2 * g));
+			}
+		}
+	}
+}
+
+/* q3_k: each group of 16 maps its value of largest magnitude onto -4; the
+ * group scales onto 6 bits (the largest in magnitude onto -32). */
+void quantize_q3_k_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q3_k *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+		float scale[16], d, id;
+
+		for (int k = 0; k < 16; k++)
+			scale[k] = signed_max(x + 16 * k, 16) / -4.0f;
+		b[i].d = f16_round(signed_max(scale, 16) / -32.0f, &d);
+		id = inv(d);
+		memset(b[i].scales, 0, sizeof b[i].scales);
+		memset(b[i].qs, 0, sizeof b[i].qs);
+		memset(b[i].hmask, 0, sizeof b[i].hmask);
+		for (int k = 0; k < 16; k++) {
+			int ls = clampi((int)nearbyintf(scale[k] * id), -32, 31) + 32;
+			float idl = inv(d * (float)(ls - 32));
+
+			b[i].scales[k % 8] |= (uint8_t)((ls & 15) << (4 * (k / 8)));
+			b[i].scales[8 + k % 4] |= (uint8_t)((ls >> 4) << (2 * (k / 4)));
+			for (int e = 16 * k; e < 16 * k + 16; e++) {
+				int v = clampi((int)nearbyintf(x[e] * idl), -4, 3) + 4;
+				int h = e / 128, g = (e % 128) / 32, l = e % 32;
+
+				b[i].qs[32 * h + l] |= (uint8_t)((v & 3) << (2 * g));
+				b[i].hmask[l] |= (uint8_t)((v >> 2) << (4 * h + g));
+			}
+		}
+	}
+}
