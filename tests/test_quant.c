@@ -389,8 +389,12 @@ static void test_dot_simd_vs_ref(void **state)
 		uint32_t type = types[t];
 		const struct ops_type_kernels *k = ops_kernels(type);
 
-		for (int rep = 0; rep < 24; rep++) {
-			int64_t n = rep % 3 == 0 ? N_MAX : rep % 3 == 1 ? 256 : 2048;
+		int64_t blk = tkv_dtype_traits(type)->blck < 32 ? 32 : tkv_dtype_traits(type)->blck;
+
+		/* long rows, and rows of 1..15 blocks (odd counts for the kernels that
+		 * take two blocks at a time) */
+		for (int rep = 0; rep < 36; rep++) {
+			int64_t n = rep % 3 == 0 ? N_MAX : rep % 3 == 1 ? blk * (1 + rep / 3) : blk * (1 + (rep * 5) % 15);
 			size_t ws = sizeof rows[0];
 			int nr = 1 + rep % OPS_DOT_ROWS;
 			float got[OPS_DOT_ROWS], want[OPS_DOT_ROWS], one;

@@ -4,6 +4,33 @@
  * Compiled without -mavx2: nothing here runs the instructions. */
 #include "ops/arch/x86/x86.h"
 
+/* The types of quant_more.c: their row dots, and the shared panel kernels for
+ * those with panels (q4_1: 0..15; q5_0, q5_1: 0..31; iq4: signed values). */
+static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
+{
+	types[TKV_Q4_1].dot_rows = dot_rows_q4_1_avx2;
+	types[TKV_Q5_0].dot_rows = dot_rows_q5_0_avx2;
+	types[TKV_Q5_1].dot_rows = dot_rows_q5_1_avx2;
+	types[TKV_IQ4_NL].dot_rows = dot_rows_iq4_nl_avx2;
+	types[TKV_Q2_K].dot_rows = dot_rows_q2_k_avx2;
+	types[TKV_Q3_K].dot_rows = dot_rows_q3_k_avx2;
+	types[TKV_IQ4_XS].dot_rows = dot_rows_iq4_xs_avx2;
+	types[TKV_Q4_1].panel = panel_u4_avx2;
+	types[TKV_Q5_0].panel = panel_u5_avx2;
+	types[TKV_Q5_1].panel = panel_u5_avx2;
+	types[TKV_IQ4_NL].panel = panel_s8_avx2;
+	types[TKV_IQ4_XS].panel = panel_s8_avx2;
+}
+
+static void ops_select_more_vnni(struct ops_type_kernels types[TKV_DTYPE_COUNT])
+{
+	types[TKV_Q4_1].panel = panel_u_vnni;
+	types[TKV_Q5_0].panel = panel_u_vnni;
+	types[TKV_Q5_1].panel = panel_u_vnni;
+	types[TKV_IQ4_NL].panel = panel_s8_vnni;
+	types[TKV_IQ4_XS].panel = panel_s8_vnni;
+}
+
 void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_act_kernels *act,
 		     enum cpu_level level)
 {
@@ -36,6 +63,7 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx2;
 	types[TKV_Q4_0].pack_x8 = pack_q4_0_x8_avx2;
 	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx2;
+	ops_select_more_avx2(types);
 	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
 	act->quant[OPS_ACT_Q8_256] = quant_act_q8_256_avx2;
 	if (level < CPU_LEVEL_AVX512)
@@ -49,4 +77,5 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_vnni;
 	types[TKV_Q4_K].panel = panel_u_vnni;
 	types[TKV_Q5_K].panel = panel_u_vnni;
+	ops_select_more_vnni(types);
 }

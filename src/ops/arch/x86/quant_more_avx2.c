@@ -1,0 +1,254 @@
+/* quant_more_avx2.c - AVX2 row dots of the types in quant_more.c: q4_1, q5_0,
+ * q5_1, iq4_nl (blocks of 32 against OPS_ACT_Q8_32) and q2_k, q3_k, iq4_xs
+ * (blocks of 256 against OPS_ACT_Q8_256).
+ *
+ * The integer parts equal the references': unsigned codes (0..3, 0..15,
+ * 0..31) times int8 activations through vpmaddubsw, which cannot saturate at
+ * these ranges; the iq4 values (-127..113, looked up with vpshufb) through
+ * |w| times y with w's sign (at most 2 * 127 * 127 per int16); then vpmaddwd
+ * with ones or with the group scales. Offsets come off as the constant times
+ * the activation sums (q5_0's -16, q3_k's -4 where the high bit is clear);
+ * q4_1 / q5_1's m times the block's s, and q2_k's mins times the 16-element
+ * sums. Only the float sums over blocks round in a different order. Rows are
+ * whole blocks, so there is no scalar tail. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "ops/arch/x86/x86.h"
+#include "util/simd_x86.h"
+
+static inline float f16(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+static inline const void *row_at(const void *w, size_t ws, int r)
+{
+	return (const char *)w + (size_t)r * ws;
+}
+
+/* 16 bytes of nibbles -> 32 bytes 0..15: elements 0..15 (low nibbles), then
+ * 16..31 (high nibbles). */
+static inline __m256i nibbles(const uint8_t *p)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)p);
+
+	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+/* The 32 bits of a little-endian uint32 at p as 32 bytes: 0x10 where bit e
+ * is set (the 5th bit of element e), 0 elsewhere. */
+static inline __m256i bit5_bytes(const uint8_t *p)
+{
+	const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+					     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+	uint32_t v;
+	__m256i x;
+
+	memcpy(&v, p, sizeof v);
+	/* each 128-bit lane holds the 4 bytes; lane 0 spreads bytes 0-1, lane 1 bytes 2-3 */
+	x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), sel);
+	x = _mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit);
+	return _mm256_and_si256(x, _mm256_set1_epi8(16));
+}
+
+/* The iq4 values of 32 codes (0..15). */
+static inline __m256i iq4_lookup(__m256i codes)
+{
+	const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ops_iq4nl_values));
+
+	return _mm256_shuffle_epi8(tbl, codes);
+}
+
+/* Pair sums (int16) of signed w times signed y, |w| <= 127. */
+static inline __m256i maddss(__m256i w, __m256i y)
+{
+	return _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(y, w));
+}
+
+static inline __m256i sum4(__m256i p16)
+{
+	return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* ---- blocks of 32 ------------------------------------------------------------------ */
+
+/* The integer dot of block i of each type, as 8 int32 lanes. */
+static inline __m256i q4_1_block(const struct blk_q4_1 *b, const __m256i yq)
+{
+	return sum4(_mm256_maddubs_epi16(nibbles(b->qs), yq));
+}
+
+static inline __m256i q5_block(const uint8_t *qs, const uint8_t *qh, const __m256i yq)
+{
+	return sum4(_mm256_maddubs_epi16(_mm256_or_si256(nibbles(qs), bit5_bytes(qh)), yq));
+}
+
+/* Rows of blocks of 32: acc += dot * d dy per block, two accumulators (even
+ * and odd blocks) so one block need not wait for the previous one's FMA;
+ * OFFSET(i) adds what the block's offset contributes (a float). */
+#define ROWS32(NAME, BLK, DOT, OFFSET)                                                                   \
+	void NAME(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)                  \
+	{                                                                                                \
+		const struct blk_q8_32 *y = a;                                                           \
+		int64_t nb = n / 32;                                                                     \
+		for (int r = 0; r < nr; r++) {                                                           \
+			const BLK *b = row_at(w, ws, r);                                                 \
+			__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                  \
+			float off = 0.0f;                                                                \
+			int64_t i = 0;                                                                   \
+			for (; i + 1 < nb; i += 2) {                                                     \
+				__m256i y0 = _mm256_loadu_si256((const __m256i *)y[i].qs);               \
+				__m256i y1 = _mm256_loadu_si256((const __m256i *)y[i + 1].qs);           \
+				acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(i, y0)),                   \
+						       _mm256_set1_ps(f16(b[i].d) * y[i].d), acc0);      \
+				acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(i + 1, y1)),               \
+						       _mm256_set1_ps(f16(b[i + 1].d) * y[i + 1].d), acc1); \
+				off += OFFSET(i) + OFFSET(i + 1);                                        \
+			}                                                                                \
+			if (i < nb) {                                                                    \
+				__m256i y0 = _mm256_loadu_si256((const __m256i *)y[i].qs);               \
+				acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(i, y0)),                   \
+						       _mm256_set1_ps(f16(b[i].d) * y[i].d), acc0);      \
+				off += OFFSET(i);                                                        \
+			}                                                                                \
+			s[r] = hsum_ps(_mm256_add_ps(acc0, acc1)) + off;                                 \
+		}                                                                                        \
+	}
+
+/* q4_1 / q5_1: + m s per block. */
+#define DOT_Q4_1(i, yq) q4_1_block(&b[i], yq)
+#define DOT_Q5_1(i, yq) q5_block(b[i].qs, b[i].qh, yq)
+#define OFF_M(i) (f16(b[i].m) * y[i].s)
+ROWS32(dot_rows_q4_1_avx2, struct blk_q4_1, DOT_Q4_1, OFF_M)
+ROWS32(dot_rows_q5_1_avx2, struct blk_q5_1, DOT_Q5_1, OFF_M)
+
+/* q5_0: the -16 comes off in int32 as 16 sum(y) per lane group. */
+static inline __m256i q5_0_block(const struct blk_q5_0 *b, const __m256i yq)
+{
+	__m256i y16 = sum4(_mm256_maddubs_epi16(_mm256_set1_epi8(16), yq));
+
+	return _mm256_sub_epi32(q5_block(b->qs, b->qh, yq), y16);
+}
+
+#define DOT_Q5_0(i, yq) q5_0_block(&b[i], yq)
+#define DOT_IQ4_NL(i, yq) sum4(maddss(iq4_lookup(nibbles(b[i].qs)), yq))
+#define OFF_NONE(i) 0.0f
+ROWS32(dot_rows_q5_0_avx2, struct blk_q5_0, DOT_Q5_0, OFF_NONE)
+ROWS32(dot_rows_iq4_nl_avx2, struct blk_iq4_nl, DOT_IQ4_NL, OFF_NONE)
+
+/* ---- blocks of 256 ------------------------------------------------------------------ */
+
+/* From 16 bytes of scales S (in both lanes): the scale of group 2t (lane 0)
+ * and 2t + 1 (lane 1) as int16 in every lane position, sign-extended (each
+ * byte goes to the high half of its int16, then an arithmetic shift). */
+static inline __m256i scale_pair(__m256i S, int t)
+{
+	__m256i idx = _mm256_set_m128i(_mm_set1_epi16((short)((2 * t + 1) << 8 | 0x80)),
+				       _mm_set1_epi16((short)((2 * t) << 8 | 0x80)));
+
+	return _mm256_srai_epi16(_mm256_shuffle_epi8(S, idx), 8);
+}
+
+/* q2_k: per group of 32 (h, g) the 2-bit field g of the 32 bytes qs[32h..];
+ * its halves have scales 8h + 2g and 8h + 2g + 1. The mins times the 16
+ * activation sums in one vpmaddwd. */
+void dot_rows_q2_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m256i m3 = _mm256_set1_epi8(3);
+	const __m128i m15 = _mm_set1_epi8(15);
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q2_k *b = row_at(w, ws, r);
+		__m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
+			__m256i S = _mm256_broadcastsi128_si256(_mm_and_si128(sc8, m15));
+			__m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m15));
+			__m256i msum = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+			__m256i isum = _mm256_setzero_si256();
+
+			for (int h = 0; h < 2; h++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+
+				for (int g = 0; g < 4; g++) {
+					__m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * g), m3);
+					__m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
+
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(v, yq),
+											scale_pair(S, 4 * h + g)));
+				}
+			}
+			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(y[i].d * f16(b[i].d)), acc);
+			accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(y[i].d * f16(b[i].dmin)), accm);
+		}
+		s[r] = hsum_ps(_mm256_sub_ps(acc, accm));
+	}
+}
+
+/* q3_k: the values are the 2-bit field minus 4 where the hmask bit is clear:
+ * two vpmaddubsw (fields, and 4s where the bit is clear), subtracted in int16. */
+void dot_rows_q3_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q3_k *b = row_at(w, ws, r);
+		__m256 acc = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			const uint8_t *sb = b[i].scales;
+			int8_t sc[16];
+			__m256i S, isum = _mm256_setzero_si256();
+			__m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
+
+			for (int k = 0; k < 16; k++)
+				sc[k] = (int8_t)((((sb[k % 8] >> (4 * (k / 8))) & 15) | ((sb[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32);
+			S = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sc));
+			for (int h = 0; h < 2; h++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+
+				for (int g = 0; g < 4; g++) {
+					__m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * g), m3);
+					__m256i hb = _mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << (4 * h + g))));
+					__m256i neg = _mm256_and_si256(_mm256_cmpeq_epi8(hb, zero), four);
+					__m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
+					__m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v, yq), _mm256_maddubs_epi16(neg, yq));
+
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(S, 4 * h + g)));
+				}
+			}
+			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(y[i].d * f16(b[i].d)), acc);
+		}
+		s[r] = hsum_ps(acc);
+	}
+}
+
+/* iq4_xs: per sub-block of 32, the iq4 values times y, times its scale. */
+void dot_rows_iq4_xs_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_iq4_xs *b = row_at(w, ws, r);
+		__m256 acc = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m256i isum = _mm256_setzero_si256();
+
+			for (int j = 0; j < 8; j++) {
+				int ls = ((b[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b[i].scales_h >> (2 * j)) & 3) << 4;
+				__m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j));
+				__m256i p = maddss(iq4_lookup(nibbles(b[i].qs + 16 * j)), yq);
+
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_set1_epi16((short)(ls - 32))));
+			}
+			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(y[i].d * f16(b[i].d)), acc);
+		}
+		s[r] = hsum_ps(acc);
+	}
+}
