@@ -488,7 +488,18 @@ static void test_type_supported(void **state)
 	assert_true(ops_type_supported(TKV_Q4_K));
 	assert_true(ops_type_supported(TKV_Q5_K));
 	assert_true(ops_type_supported(TKV_Q6_K));
-	assert_false(ops_type_supported(TKV_Q4_1));
+	/* every common GGUF quant from q2_k to q8_0, iq4_nl and iq4_xs */
+	assert_true(ops_type_supported(TKV_Q4_1));
+	assert_true(ops_type_supported(TKV_Q5_0));
+	assert_true(ops_type_supported(TKV_Q5_1));
+	assert_true(ops_type_supported(TKV_Q2_K));
+	assert_true(ops_type_supported(TKV_Q3_K));
+	assert_true(ops_type_supported(TKV_IQ4_NL));
+	assert_true(ops_type_supported(TKV_IQ4_XS));
+	assert_false(ops_type_supported(TKV_IQ2_XXS));
+	assert_false(ops_type_supported(TKV_IQ3_S));
+	assert_false(ops_type_supported(TKV_TQ2_0));
+	assert_false(ops_type_supported(TKV_Q8_1));
 	assert_false(ops_type_supported(TKV_I8));
 	assert_false(ops_type_supported(TKV_DTYPE_COUNT));
 	assert_false(ops_type_supported(1000));

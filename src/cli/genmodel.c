@@ -36,6 +36,9 @@ static const struct gm_shape gm_shapes[] = {
 	{ "llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f },
 	{ "llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f },
 	{ "stories15m", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f },
+	/* models/kjv-2048.gguf's shape (its file is the vocabulary): every row a
+	 * whole number of 256-blocks, small enough to write each type in tests */
+	{ "kjv-2048", 256, 6, 8, 4, 768, 2048, 2048, 10000.0f, 1e-5f },
 };
 
 /* llama.cpp's general.file_type numbering for files of one weight type. */
@@ -45,16 +48,25 @@ static uint32_t gm_file_type(uint32_t t)
 	case TKV_F32: return 0;
 	case TKV_F16: return 1;
 	case TKV_Q4_0: return 2;
+	case TKV_Q4_1: return 3;
+	case TKV_Q5_0: return 8;
+	case TKV_Q5_1: return 9;
+	case TKV_Q2_K: return 10;
+	case TKV_Q3_K: return 11; /* Q3_K_S: every tensor q3_k */
 	case TKV_Q8_0: return 7;
 	case TKV_Q4_K: return 14; /* Q4_K_S: every tensor q4_k */
 	case TKV_Q5_K: return 16; /* Q5_K_S */
 	case TKV_Q6_K: return 18;
+	case TKV_IQ4_NL: return 25;
+	case TKV_IQ4_XS: return 30;
 	case TKV_BF16: return 32;
 	default: return 0;
 	}
 }
 
-static const uint32_t gm_types[] = { TKV_Q4_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K, TKV_Q8_0, TKV_F16, TKV_BF16, TKV_F32 };
+static const uint32_t gm_types[] = { TKV_Q4_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K, TKV_Q8_0, TKV_F16, TKV_BF16, TKV_F32,
+				     TKV_Q4_1, TKV_Q5_0, TKV_Q5_1, TKV_Q2_K, TKV_Q3_K, TKV_IQ4_NL, TKV_IQ4_XS };
+#define GM_TYPE_LIST "q2_k | q3_k | q4_0 | q4_1 | q4_k | q5_0 | q5_1 | q5_k | q6_k | q8_0 | iq4_nl | iq4_xs | f16 | bf16 | f32"
 
 static void gm_help(void)
 {
@@ -63,8 +75,8 @@ static void gm_help(void)
 	       "Writes a llama GGUF with random weights of a real model's shape (for benchmarks;\n"
 	       "llama.cpp reads it too). The tokenizer is copied from VOCAB.gguf.\n"
 	       "\n"
-	       "  --shape NAME      tinyllama-1.1b | llama2-7b | llama3-8b | stories15m\n"
-	       "  --type TYPE       weights: q4_0 | q4_k | q5_k | q6_k | q8_0 | f16 | bf16 | f32\n"
+	       "  --shape NAME      tinyllama-1.1b | llama2-7b | llama3-8b | stories15m | kjv-2048\n"
+	       "  --type TYPE       weights: " GM_TYPE_LIST "\n"
 	       "  --vocab PATH      GGUF with the tokenizer (e.g. ../shared/vocab/ggml-vocab-llama-spm.gguf)\n"
 	       "  -o, --output PATH file to write\n"
 	       "  --seed N          random seed (default 1)\n"
@@ -188,7 +200,7 @@ static int gm_parse(int argc, char **argv, struct gm_opts *o)
 				if (!strcmp(v, gm_shapes[i].name))
 					o->shape = &gm_shapes[i];
 			if (!o->shape)
-				return cli_usage_error(&a, "--shape: unknown shape '%s' (tinyllama-1.1b, llama2-7b, llama3-8b, stories15m)", v);
+				return cli_usage_error(&a, "--shape: unknown shape '%s' (tinyllama-1.1b, llama2-7b, llama3-8b, stories15m, kjv-2048)", v);
 		} else if (!strcmp(s, "--type")) {
 			if (!(v = cli_value(&a, s)))
 				return CLI_USAGE;
@@ -197,7 +209,7 @@ static int gm_parse(int argc, char **argv, struct gm_opts *o)
 				if (!strcmp(v, tkv_dtype_name(gm_types[i])))
 					o->type = gm_types[i];
 			if (o->type == TKV_DTYPE_COUNT)
-				return cli_usage_error(&a, "--type: unknown type '%s' (q4_0, q4_k, q5_k, q6_k, q8_0, f16, bf16, f32)", v);
+				return cli_usage_error(&a, "--type: unknown type '%s' (" GM_TYPE_LIST ")", v);
 			o->type_set = 1;
 		} else if (!strcmp(s, "--vocab")) {
 			if (!(o->vocab = cli_value(&a, s)))

@@ -79,7 +79,9 @@ static int get_mat(const struct gguf_file *g, const char *name, uint64_t in, uin
 				(unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
 				(unsigned long long)in, (unsigned long long)out);
 	if (!ops_type_supported(t->type))
-		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which tierkv cannot compute with yet",
+		return tkv_errf(err, TKV_ERR_UNSUPPORTED,
+				"%s: tensor '%s': unsupported tensor type %s (supported: f32, f16, bf16, q2_k, q3_k, "
+				"q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, iq4_nl, iq4_xs)",
 				gguf_name(g), name, tkv_dtype_name(t->type));
 	mat->data = t->data;
 	mat->type = t->type;
