@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "eval/retrieval.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/tokenizer.h"
 
 #define N_BOOKS 4
@@ -46,7 +46,7 @@ static int setup(void **state)
 		fail_msg("stories260K.gguf not found (set TIERKV_MODELS)");
 	if (tkv_model_load(&F.m, path, &mp, &err))
 		fail_msg("%s", err.msg);
-	F.tok = llama_tokenizer(F.m);
+	F.tok = model_tokenizer(F.m);
 	for (int i = 0; i < N_BOOKS; i++) {
 		snprintf(buf, sizeof buf, "%s/kjv/%s", dir && *dir ? dir : "eval", books[i]);
 		if (!(F.texts[i] = tu_read_file(buf, &F.lens[i])))

@@ -97,7 +97,7 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 		goto out_free;
 	if ((st = tpool_init(&e->tp, e->params.n_threads, e->alloc, err)))
 		goto out_free;
-	if ((st = llama_scratch_init(&e->scratch, m, e->params.n_batch, (uint32_t)e->params.n_threads, e->alloc,
+	if ((st = model_scratch_init(&e->scratch, m, e->params.n_batch, e->params.n_ctx, (uint32_t)e->params.n_threads, e->alloc,
 				     err)))
 		goto out_free;
 	{
@@ -132,7 +132,7 @@ void tkv_engine_free(struct tkv_engine *e)
 		return;
 	tkv_free(e->alloc, e->logits);
 	kv_cache_free(e->cache);
-	llama_scratch_free(&e->scratch, e->alloc);
+	model_scratch_free(&e->scratch, e->alloc);
 	tpool_free(e->tp);
 	kv_prefix_free(e->prefix);
 	kv_pool_free(e->pool);
@@ -485,7 +485,7 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 			n_out = 1;
 			lg = logits;
 		}
-		llama_forward(e->model, &e->scratch, e->tp, e->cache, ids + done, &seg, 1, e->scratch.rows, n_out, lg);
+		model_forward(e->model, &e->scratch, e->tp, e->cache, ids + done, &seg, 1, e->scratch.rows, n_out, lg);
 		done += c;
 		if ((st = advance(e, s, c, err)))
 			return st;
@@ -576,7 +576,7 @@ static void forward(struct tkv_engine *e, struct step *p, struct tkv_error *err)
 		if (it->logits && p->done[p->seg_item[g]] + p->segs[g].n == it->n)
 			e->scratch.rows[n_out++] = p->segs[g].row0 + p->segs[g].n - 1;
 	}
-	llama_forward(e->model, &e->scratch, e->tp, e->cache, p->ids, p->segs, p->n_segs, e->scratch.rows, n_out,
+	model_forward(e->model, &e->scratch, e->tp, e->cache, p->ids, p->segs, p->n_segs, e->scratch.rows, n_out,
 		      e->logits);
 	n_out = 0;
 	for (uint32_t g = 0; g < p->n_segs; g++) {

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "kv/policy.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tierkv.h"
 
 struct kv_cache;
@@ -26,7 +26,7 @@ struct tkv_engine {
 	struct kv_pool *pool;
 	struct kv_prefix *prefix;  /* NULL when prefix sharing is off */
 	struct tpool *tp;
-	struct llama_scratch scratch;
+	struct model_scratch scratch;
 	struct kv_cache *cache;   /* the forward pass's seam to the KV cache */
 	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
 	struct tkv_seq *seqs;     /* live sequences (doubly linked) */

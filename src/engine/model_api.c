@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 #include "ops/ops.h"
@@ -19,7 +19,7 @@
 
 int tkv_model_meta_str(const struct tkv_model *m, const char *key, const char **val, size_t *len)
 {
-	const struct gguf_kv *kv = m && key ? gguf_find(llama_gguf(m), key) : NULL;
+	const struct gguf_kv *kv = m && key ? gguf_find(model_gguf(m), key) : NULL;
 
 	*val = NULL;
 	*len = 0;
@@ -48,7 +48,7 @@ size_t tkv_model_weight_spans(const struct tkv_model *m, struct tkv_weight_span 
 	size_t n = 0;
 
 	for (uint32_t l = 0; l < m->info.n_layer; l++) {
-		const struct llama_layer *L = &m->layers[l];
+		const struct model_layer *L = &m->layers[l];
 		const struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
 
 		for (size_t i = 0; i < 7; i++, n++)
@@ -66,7 +66,7 @@ uint64_t tkv_model_token_weight_bytes(const struct tkv_model *m)
 	uint64_t b = mat_bytes(&m->output) + m->tok_embd.row_bytes + (uint64_t)in->dim * 4 * (2 * in->n_layer + 1);
 
 	for (uint32_t l = 0; l < in->n_layer; l++) {
-		const struct llama_layer *L = &m->layers[l];
+		const struct model_layer *L = &m->layers[l];
 
 		b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
 		     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
@@ -76,7 +76,7 @@ uint64_t tkv_model_token_weight_bytes(const struct tkv_model *m)
 
 uint64_t tkv_model_file_tensor_bytes(const struct tkv_model *m)
 {
-	const struct gguf_file *g = llama_gguf(m);
+	const struct gguf_file *g = model_gguf(m);
 	uint64_t b = 0;
 
 	for (uint64_t i = 0; i < gguf_n_tensors(g); i++)
@@ -88,7 +88,7 @@ uint64_t tkv_model_file_tensor_bytes(const struct tkv_model *m)
 
 const struct tkv_vocab *tkv_model_vocab(const struct tkv_model *m)
 {
-	return tok_vocab(llama_tokenizer(m));
+	return tok_vocab(model_tokenizer(m));
 }
 
 int tkv_vocab_load(struct tkv_vocab **out, const char *path, struct tkv_alloc *a, struct tkv_error *err)

@@ -574,3 +574,38 @@ void ops_swiglu(float *h, const float *g, const float *u, int n)
 	for (int i = 0; i < n; i++)
 		h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+void ops_geglu(float *h, const float *g, const float *u, int n)
+{
+	for (int i = 0; i < n; i++) {
+		float x = g[i];
+
+		h[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x))) * u[i];
+	}
+}
+
+void ops_rope_neox(float *x, int n_heads, int head_dim, int n_rot, float pos, const float *inv_freq, float mscale)
+{
+	int half = n_rot / 2;
+
+	for (int i = 0; i < half; i++) {
+		float theta = pos * inv_freq[i];
+		float c = cosf(theta) * mscale, s = sinf(theta) * mscale;
+
+		for (int h = 0; h < n_heads; h++) {
+			float *p = x + (size_t)h * head_dim + i;
+			float a = p[0], b = p[half];
+
+			p[0] = a * c - b * s;
+			p[half] = a * s + b * c;
+		}
+	}
+}
+
+void ops_softcap(float *x, size_t n, float cap)
+{
+	float inv = 1.0f / cap;
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = cap * tanhf(x[i] * inv);
+}
