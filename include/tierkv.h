@@ -467,6 +467,85 @@ int tkv_detok_flush(struct tkv_detok *d, char *out, size_t cap);
 /* Forgets anything pending. */
 void tkv_detok_reset(struct tkv_detok *d);
 
+/* ---- chat templates --------------------------------------------------------
+ * A conversation rendered as the text a chat model was trained on. A GGUF
+ * carries its template as Jinja (tokenizer.chat_template); tierkv runs no Jinja:
+ * it recognises the family by the template's marker strings and renders it by
+ * hand, byte for byte what the Jinja writes for system, user and assistant
+ * messages (tests/test_chat.c checks this against real templates). Tools and
+ * other roles are not supported. BOS is never written: the tokenizer adds it
+ * (tkv_vocab_add_bos). A template is a plain value (no pointers); its fields
+ * may be read, and are set by the functions below. */
+enum tkv_chat_family {
+	TKV_CHAT_PLAIN = 0,   /* no template: "System: ...\nUser: ...\nAssistant:" */
+	TKV_CHAT_CHATML,      /* Qwen 2/2.5/3, ...: <|im_start|>role\n...<|im_end|>\n */
+	TKV_CHAT_LLAMA2,      /* [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] */
+	TKV_CHAT_MISTRAL,     /* Mistral v1: [INST] system\n\nuser [/INST] */
+	TKV_CHAT_MISTRAL_NEMO,/* [INST]user[/INST]; the system text opens the last user turn */
+	TKV_CHAT_MISTRAL_V7,  /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST] (Small 3, Devstral) */
+	TKV_CHAT_LLAMA3,      /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+	TKV_CHAT_ZEPHYR,      /* <|role|>\n...</s>\n */
+	TKV_CHAT_PHI3,        /* <|role|>\n...<|end|>\n (Phi-3, Phi-3.5) */
+	TKV_CHAT_GEMMA,       /* Gemma 2/3: <start_of_turn>user\n...<end_of_turn>\n, system in the first turn */
+	TKV_CHAT_GEMMA4,      /* Gemma 4: <|turn>role\n...<turn|>\n */
+	TKV_CHAT_FAMILY_COUNT
+};
+
+/* Variants within a family (flags), as the template text shows them. */
+#define TKV_CHAT_DATE_HEADER   0x1u /* llama-3: the 3.1+ system header with "Cutting Knowledge Date" */
+#define TKV_CHAT_THINK         0x2u /* chatml: Qwen3's <think> blocks (dropped from history) */
+#define TKV_CHAT_NO_SYSTEM     0x4u /* phi-3: the template ignores system messages (Phi-3-mini) */
+#define TKV_CHAT_USER_OPENS    0x8u /* phi-3: each user turn ends with <|assistant|>\n (Phi-3-mini) */
+#define TKV_CHAT_EOS_AT_END    0x10u /* phi-3: eos_token closes a conversation without a generation prompt */
+#define TKV_CHAT_SYS_TAGS      0x20u /* llama-2: the <<SYS>> block */
+
+struct tkv_chat_template {
+	enum tkv_chat_family family;
+	unsigned flags;              /* TKV_CHAT_* variant flags */
+	char default_system[256];    /* chatml: the system text written when none is given ("" = none) */
+	char eos[32];                /* text of the EOS token (mistral, zephyr, phi-3 write it) */
+};
+
+/* One message: role "system", "user" or "assistant"; content borrowed, len bytes. */
+struct tkv_chat_msg {
+	const char *role;
+	const char *content;
+	size_t content_len;
+};
+
+/* The family and flags of a Jinja template text (len bytes) by its marker
+ * strings. TKV_OK, or TKV_ERR_UNSUPPORTED when no family matches (then t is
+ * the plain format). t->eos is set to "</s>"; set it to the model's. */
+int tkv_chat_template_detect(struct tkv_chat_template *t, const char *jinja, size_t len);
+/* A family by name (tkv_chat_family_names lists them; "llama2", "llama3",
+ * "phi3" are accepted too), with its most common variant. TKV_ERR_ARG for an
+ * unknown name (t unchanged). */
+int tkv_chat_template_by_name(struct tkv_chat_template *t, const char *name);
+/* The model's template: by name when name is not NULL, else detected from its
+ * tokenizer.chat_template; EOS text from its vocabulary. A model without a
+ * template gets plain (TKV_OK). TKV_ERR_UNSUPPORTED when the model's template is
+ * none tierkv knows (t is plain then, and usable), TKV_ERR_ARG for an unknown
+ * name; err says which. */
+int tkv_chat_template_from_model(struct tkv_chat_template *t, const struct tkv_model *m, const char *name,
+				 struct tkv_error *err);
+/* Static name of t's family ("chatml", "llama-3", ...). */
+const char *tkv_chat_template_name(const struct tkv_chat_template *t);
+/* Static, comma-separated list of the family names. */
+const char *tkv_chat_family_names(void);
+/* The text that closes an assistant turn ("<|im_end|>\n", "<|eot_id|>",
+ * the EOS text, ...): what follows a reply that stopped at an end-of-generation
+ * token, which a caller that keeps the reply's KV has not fed to the model.
+ * Writes it and a NUL to buf (cap bytes) and returns its length, or
+ * TKV_ERR_ARG when cap is too small (64 bytes always do). */
+int tkv_chat_turn_end(const struct tkv_chat_template *t, char *buf, size_t cap);
+/* Renders the n messages m, then the assistant's generation prompt when
+ * add_generation_prompt, into buf (cap bytes, the caller's): the text and a NUL
+ * when cap > *n_out, where *n_out is the text's length (a first call with cap 0
+ * and buf NULL sizes it). TKV_ERR_ARG for an unknown role, or when cap is too
+ * small (nothing useful in buf then). */
+int tkv_chat_render(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n,
+		    bool add_generation_prompt, char *buf, size_t cap, size_t *n_out);
+
 /* ---- sampling ------------------------------------------------------------
  * Picks the next token from logits, in llama.cpp's default order: repetition
  * penalty over the last repeat_last_n accepted tokens, top-k, top-p, min-p,

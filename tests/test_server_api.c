@@ -30,7 +30,7 @@ static int setup(void **state)
 	api.n_ctx = 512;
 	api.n_vocab = (uint32_t)tok_n_vocab(tok);
 	api.max_tokens = 256;
-	srv_chat_parse("plain", &api.chat);
+	tkv_chat_template_by_name(&api.chat, "plain");
 	return 0;
 }
 

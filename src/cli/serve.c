@@ -42,7 +42,7 @@ static void serve_help(void)
 	       "      --kv-store-timeout S  Redis connect timeout and lookup deadline (0.5)\n"
 	       "  -v, --verbose         log every request on stderr\n"
 	       "  -h, --help            this text\n\n",
-	       srv_chat_family_names());
+	       tkv_chat_family_names());
 	cli_kv_help();
 }
 

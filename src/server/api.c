@@ -211,11 +211,30 @@ static int get_prompt(const struct srv_api_ctx *c, json_t *v, struct srv_gen *g,
 	return srv_errf(e, 400, INVALID, "invalid_type", "prompt", "'prompt' must be a string or an array of token ids");
 }
 
+/* The conversation and the generation prompt as the template writes them. */
+static int render(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n, struct srv_buf *out)
+{
+	size_t len = 0;
+
+	tkv_chat_render(t, m, n, true, NULL, 0, &len);
+	if (len + 1 > out->cap) {
+		char *p = tkv_realloc(out->a, out->p, len + 1);
+
+		if (!p)
+			return -1;
+		out->p = p;
+		out->cap = len + 1;
+	}
+	if (tkv_chat_render(t, m, n, true, out->p, out->cap, &out->len))
+		return -1;
+	return 0;
+}
+
 /* messages: [{role, content}], content a string or text parts. */
 static int get_messages(const struct srv_api_ctx *c, json_t *v, struct srv_gen *g, struct srv_err *e)
 {
 	size_t n = json_array_size(v), i;
-	struct srv_chat_msg *m = NULL;
+	struct tkv_chat_msg *m = NULL;
 	struct srv_buf *parts = NULL, text = { 0 };
 	json_t *msg;
 	int r = -1;
@@ -291,7 +310,7 @@ static int get_messages(const struct srv_api_ctx *c, json_t *v, struct srv_gen *
 			goto out;
 		}
 	}
-	if (srv_chat_render(&c->chat, m, n, &text)) {
+	if (render(&c->chat, m, n, &text)) {
 		srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory");
 		goto out;
 	}
@@ -461,7 +480,7 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 	if (kind == SRV_CHAT ? get_messages(c, input, g, e) : get_prompt(c, input, g, e))
 		goto out;
 	/* a model without a chat template would go on to write the user's turn */
-	if (kind == SRV_CHAT && c->chat.fmt == SRV_CHAT_PLAIN && g->n_stop < SRV_MAX_STOP) {
+	if (kind == SRV_CHAT && c->chat.family == TKV_CHAT_PLAIN && g->n_stop < SRV_MAX_STOP) {
 		if (!(g->stop[g->n_stop] = tkv_strndup(g->alloc, "\nUser:", 6))) {
 			srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
 			goto out;

@@ -28,39 +28,18 @@ struct srv_params srv_default_params(void)
 
 /* The chat template: --chat-template, else the model's tokenizer.chat_template
  * when it is a known family, else the plain fallback. */
-static int pick_template(struct srv *s, struct srv_chat_tmpl *t)
+static int pick_template(struct srv *s, struct tkv_chat_template *t)
 {
-	size_t tmpl_len = 0;
-	const char *tmpl = tkv_model_chat_template(s->model, &tmpl_len);
-	int32_t eos = tkv_vocab_eos(s->vocab);
-	size_t n = 0;
-	const char *piece = eos >= 0 ? tkv_vocab_token_text(s->vocab, eos, &n) : NULL;
+	struct tkv_error err = { 0 };
+	int st = tkv_chat_template_from_model(t, s->model, s->p.chat_template, &err);
 
-	memset(t, 0, sizeof *t);
-	if (piece && n < sizeof t->eos)
-		memcpy(t->eos, piece, n);
-	if (s->p.chat_template) {
-		if (srv_chat_parse(s->p.chat_template, t)) {
-			fprintf(stderr, "tierkv serve: --chat-template: unknown family '%s' (one of %s)\n",
-				s->p.chat_template, srv_chat_family_names());
-			return -1;
-		}
-		return 0;
+	if (st == TKV_ERR_ARG) {
+		fprintf(stderr, "tierkv serve: --chat-template: %s\n", err.msg);
+		return -1;
 	}
-	t->sys_tags = true;
-	if (tmpl) {
-		int f = srv_chat_detect(tmpl, tmpl_len);
-
-		if (f >= 0) {
-			t->fmt = (enum srv_chat_fmt)f;
-			if (f == SRV_CHAT_LLAMA2 && !srv_chat_detect_sys(tmpl, tmpl_len))
-				t->sys_tags = false;
-			return 0;
-		}
-		fprintf(stderr, "tierkv serve: the model's chat template is not one tierkv knows; using the plain "
-			"format (choose one with --chat-template: %s)\n", srv_chat_family_names());
-	}
-	t->fmt = SRV_CHAT_PLAIN;
+	if (st)
+		fprintf(stderr, "tierkv serve: %s; using the plain format (choose one with --chat-template)\n",
+			err.msg);
 	return 0;
 }
 
@@ -143,7 +122,7 @@ int srv_start(struct srv **out, const struct srv_params *p)
 		snprintf(mem, sizeof mem, "unlimited");
 	fprintf(stderr, "tierkv serve: model %s (%u layers, context %u), KV policy %s, KV memory %s, "
 		"chat template %s, up to %d sequences\n", s->model_id, s->info.n_layer, s->n_ctx,
-		tkv_policy_name(p->ep.kv.policy), mem, srv_chat_name(&s->api.chat), p->max_seqs);
+		tkv_policy_name(p->ep.kv.policy), mem, tkv_chat_template_name(&s->api.chat), p->max_seqs);
 	fprintf(stderr, "tierkv serve: listening on http://%s%s%s:%d\n", strchr(p->host, ':') ? "[" : "", p->host,
 		strchr(p->host, ':') ? "]" : "", http_port(s));
 	*out = s;

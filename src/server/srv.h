@@ -59,7 +59,5 @@ int srv_start(struct srv **out, const struct srv_params *p);
 void srv_stop(struct srv *s);
 int srv_port(struct srv *s);
 
-/* Chat template families (chat.c). */
-const char *srv_chat_family_names(void);
 
 #endif

@@ -1,7 +1,6 @@
 /* srv_impl.h - declarations shared by the server's files (not a public API).
  *
  *   buf.c      growable byte buffer (srv_buf_*)
- *   chat.c     chat templates: detection from GGUF metadata, rendering (srv_chat_*)
  *   api.c      OpenAI request JSON -> generation params; response JSON (srv_api_*)
  *   predict.c  demand predictor: expected final length and KV bytes (srv_pred_*)
  *   sched.c    request queue, admission, continuous batching loop (srv_sched_*)
@@ -34,43 +33,6 @@ int srv_buf_add(struct srv_buf *b, const char *s, size_t n);
 int srv_buf_str(struct srv_buf *b, const char *s);
 int srv_buf_printf(struct srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void srv_buf_free(struct srv_buf *b);
-
-/* ---- chat templates ------------------------------------------------------- */
-
-enum srv_chat_fmt {
-	SRV_CHAT_PLAIN = 0, /* "System: ...\nUser: ...\nAssistant:" for models without a template */
-	SRV_CHAT_CHATML,    /* <|im_start|>role\n...<|im_end|> */
-	SRV_CHAT_LLAMA2,    /* [INST] <<SYS>>...<</SYS>> ... [/INST] (Mistral without <<SYS>>) */
-	SRV_CHAT_LLAMA3,    /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
-	SRV_CHAT_ZEPHYR,    /* <|role|>\n...</s> */
-	SRV_CHAT_PHI3,      /* <|role|>\n...<|end|> */
-	SRV_CHAT_GEMMA,     /* <start_of_turn>user\n...<end_of_turn> */
-	SRV_CHAT_COUNT
-};
-
-struct srv_chat_tmpl {
-	enum srv_chat_fmt fmt;
-	bool sys_tags;       /* llama-2: <<SYS>> block (false: Mistral, system joins the first user turn) */
-	char eos[32];        /* text of the EOS token, for templates that close turns with it */
-};
-
-struct srv_chat_msg {
-	const char *role;    /* "system", "user" or "assistant" (borrowed) */
-	const char *content; /* borrowed */
-	size_t content_len;
-};
-
-/* Family of a Jinja template text by its marker strings; -1 when unknown. */
-int srv_chat_detect(const char *tmpl, size_t len);
-/* Whether a llama-2 family template has a <<SYS>> block (else: Mistral style). */
-bool srv_chat_detect_sys(const char *tmpl, size_t len);
-/* Family by name ("chatml", "llama-2", "mistral", "llama-3", "zephyr", "phi-3",
- * "gemma", "plain"); -1 when unknown. */
-int srv_chat_parse(const char *name, struct srv_chat_tmpl *t);
-const char *srv_chat_name(const struct srv_chat_tmpl *t);
-/* Renders the conversation and the assistant's generation prompt into out. BOS
- * is not written (the tokenizer adds it). 0 or -1 on out of memory. */
-int srv_chat_render(const struct srv_chat_tmpl *t, const struct srv_chat_msg *m, size_t n, struct srv_buf *out);
 
 /* ---- request parameters (api.c) -------------------------------------------- */
 
@@ -115,7 +77,7 @@ int srv_errf(struct srv_err *e, int http, const char *type, const char *code, co
 /* What request parsing needs to know about the model and the limits. */
 struct srv_api_ctx {
 	const struct tkv_vocab *vocab;
-	struct srv_chat_tmpl chat;
+	struct tkv_chat_template chat;
 	uint32_t n_ctx;          /* tokens per sequence */
 	uint32_t n_vocab;
 	uint32_t max_tokens;     /* --max-tokens */
