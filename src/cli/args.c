@@ -228,3 +228,46 @@ double cli_now(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+int cli_sampler_option(struct cli_args *a, struct tkv_sampler_params *sp, int *seed_set, int *handled)
+{
+	const char *s = a->argv[a->i];
+	double d;
+	long x;
+	int rc = 0;
+
+	*handled = 1;
+	if (!strcmp(s, "--temp")) {
+		if (!(rc = cli_float(a, s, 0, 100, &d)))
+			sp->temp = (float)d;
+	} else if (!strcmp(s, "--top-k")) {
+		if (!(rc = cli_int(a, s, 0, 1L << 30, &x)))
+			sp->top_k = (int32_t)x;
+	} else if (!strcmp(s, "--top-p")) {
+		if (!(rc = cli_float(a, s, 1e-9, 1, &d)))
+			sp->top_p = (float)d;
+	} else if (!strcmp(s, "--min-p")) {
+		if (!(rc = cli_float(a, s, 0, 1, &d)))
+			sp->min_p = (float)d;
+	} else if (!strcmp(s, "--repeat-penalty")) {
+		if (!(rc = cli_float(a, s, 1e-3, 100, &d)))
+			sp->repeat_penalty = (float)d;
+	} else if (!strcmp(s, "--repeat-last-n")) {
+		if (!(rc = cli_int(a, s, 0, 1L << 20, &x)))
+			sp->repeat_last_n = (int32_t)x;
+	} else if (!strcmp(s, "-s") || !strcmp(s, "--seed")) {
+		if (!(rc = cli_u64(a, s, &sp->seed)))
+			*seed_set = 1;
+	} else {
+		*handled = 0;
+	}
+	return rc;
+}
+
+uint64_t cli_random_seed(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+}

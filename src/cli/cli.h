@@ -33,6 +33,13 @@ const char *cli_value(struct cli_args *a, const char *opt);
 int cli_int(struct cli_args *a, const char *opt, long min, long max, long *out);
 int cli_float(struct cli_args *a, const char *opt, double min, double max, double *out);
 int cli_u64(struct cli_args *a, const char *opt, uint64_t *out);
+/* Sampling options (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --repeat-last-n, -s/--seed): if argv[a->i] is one, parses it into sp and
+ * sets *handled (and *seed_set for a seed); returns 0 or CLI_USAGE. */
+struct tkv_sampler_params;
+int cli_sampler_option(struct cli_args *a, struct tkv_sampler_params *sp, int *seed_set, int *handled);
+/* A seed from the clock and the process id. */
+uint64_t cli_random_seed(void);
 /* Byte sizes: "4096", "512K", "256M", "1G" (powers of 1024; "KiB"/"MB" accepted). */
 int cli_size(struct cli_args *a, const char *opt, size_t *out);
 /* Parses a size string; 0 on success. */
@@ -97,6 +104,7 @@ int cli_bench(int argc, char **argv);
 int cli_bench_serve(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 /* `tierkv eval --retrieval` (eval_retrieval.c), reached from cli_eval. */
 int cli_eval_retrieval(int argc, char **argv);
 /* The text of `tierkv eval --help`, both modes. */

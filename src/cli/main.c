@@ -15,6 +15,7 @@ static void usage(FILE *f)
 		"  tokenize   print the tokens of a text\n"
 		"  gen-model  write a llama GGUF with random weights of a real shape (for benchmarks)\n"
 		"  bench      measure prefill and decode speed against the memory-bandwidth limit\n"
+		"  chat       a conversation in the terminal (chat template, KV of earlier turns kept)\n"
 		"  serve      OpenAI-compatible HTTP server with continuous batching\n"
 		"  eval       compare cache policies and budgets with the full cache on texts\n"
 		"\n"
@@ -49,6 +50,8 @@ int main(int argc, char **argv)
 		return cli_gen_model(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench"))
 		return cli_bench(argc - 1, argv + 1);
+	if (!strcmp(cmd, "chat"))
+		return cli_chat(argc - 1, argv + 1);
 	if (!strcmp(cmd, "serve"))
 		return cli_serve(argc - 1, argv + 1);
 	if (!strcmp(cmd, "eval"))
