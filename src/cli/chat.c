@@ -355,30 +355,33 @@ static enum reply_end reply(struct chat *c, struct chat_buf *raw, size_t *cut)
 	return end;
 }
 
+/* Starts over keeping the newest message (the user's). 0 or -1. */
+static int start_over_with_last(struct chat *c)
+{
+	struct chat_msg last = c->msgs[--c->n_msgs];
+	int rc;
+
+	c->n_restarts++;
+	rc = start_over(c) || add_msg(c, "user", last.text, last.len) ? -1 : 0;
+	free(last.text);
+	return rc;
+}
+
 /* Feeds the new user message's turn; starts over first when the positions
- * would pass --max-pos. 1 when the message is refused, 0 when fed, -1. */
+ * would pass --max-pos, and once more when the cache cannot take it. 1 when
+ * the message is refused (and dropped), 0 when fed, -1 out of memory. */
 static int feed_turn(struct chat *c, struct chat_buf *delta)
 {
 	struct tkv_error err = { 0 };
 	int32_t *ids = NULL;
 	size_t n = 0;
-	int rc = -1;
+	int rc = -1, tries = 0;
 
+again:
+	free(ids);
+	ids = NULL;
 	if (turn_delta(c, delta) || tokenize(c, delta, &ids, &n))
 		goto out;
-	if (tkv_seq_n_past(c->seq) + n + 1 > c->max_pos) {
-		struct chat_msg last = c->msgs[--c->n_msgs];
-
-		fprintf(stderr, "[%u positions: the conversation starts over from the system prompt]\n",
-			tkv_seq_n_past(c->seq));
-		c->n_restarts++;
-		rc = start_over(c) || add_msg(c, "user", last.text, last.len) ? -1 : 0;
-		free(last.text);
-		free(ids);
-		if (rc || turn_delta(c, delta) || tokenize(c, delta, &ids, &n))
-			return -1;
-		rc = -1;
-	}
 	if (n + 1 > c->ctx || n + 1 > c->max_pos) {
 		fprintf(stderr, "tierkv chat: the message is %zu tokens, more than the cache is sized for (-c %u): "
 			"ignored\n", n, c->ctx);
@@ -386,12 +389,26 @@ static int feed_turn(struct chat *c, struct chat_buf *delta)
 		rc = 1;
 		goto out;
 	}
+	if (tkv_seq_n_past(c->seq) + n + 1 > c->max_pos) {
+		fprintf(stderr, "[%u positions: the conversation starts over from the system prompt]\n",
+			tkv_seq_n_past(c->seq));
+		if (start_over_with_last(c))
+			goto out;
+		goto again;
+	}
 	for (size_t i = 0; i < n; i++)
 		tkv_sampler_accept(c->smp, ids[i]);
 	c->last_reused = tkv_seq_n_past(c->seq);
 	if (tkv_seq_decode(c->seq, ids, n, c->logits, 0, &err)) {
-		fprintf(stderr, "tierkv chat: %s; the conversation starts over\n", err.msg);
-		rc = start_over(c) ? -1 : 1;
+		bool retry = tkv_seq_n_past(c->seq) > 0 && tries++ == 0;
+
+		fprintf(stderr, "tierkv chat: %s; the conversation starts over%s\n", err.msg,
+			retry ? " from the system prompt" : " (the message is dropped)");
+		if (retry ? start_over_with_last(c) : start_over(c))
+			goto out;
+		if (retry)
+			goto again;
+		rc = 1;
 		goto out;
 	}
 	c->last_fed = (uint32_t)n;
@@ -403,14 +420,13 @@ out:
 }
 
 /* One exchange: the user's message, then the reply. 0, or -1 (out of memory). */
-static int user_turn(struct chat *c, const char *line, size_t len, bool *stopped)
+static int user_turn(struct chat *c, const char *line, size_t len)
 {
 	struct chat_buf delta = { 0 }, raw = { 0 };
 	enum reply_end end;
 	size_t cut = 0, skip;
 	int rc;
 
-	*stopped = false;
 	if (add_msg(c, "user", line, len))
 		return -1;
 	rc = feed_turn(c, &delta);
@@ -419,7 +435,6 @@ static int user_turn(struct chat *c, const char *line, size_t len, bool *stopped
 		return rc < 0 ? -1 : 0;
 	c->n_turns++;
 	end = reply(c, &raw, &cut);
-	*stopped = end == REPLY_STOPPED;
 	if (c->o->verbose)
 		fprintf(stderr, "[turn %u: fed %u new tokens, reused %u cached positions, generated %u]\n",
 			c->n_turns, c->last_fed, c->last_reused, c->last_gen);
@@ -522,7 +537,8 @@ static bool usable(struct chat_buf *line, size_t too_long)
 	return line->len > 0;
 }
 
-/* The prompt loop until end of input or Ctrl-C twice. */
+/* The prompt loop until end of input or Ctrl-C twice in a row at the prompt
+ * (a Ctrl-C that stops a reply does not count). */
 static int converse(struct chat *c)
 {
 	struct chat_reader r = { .pos = 0 };
@@ -532,7 +548,6 @@ static int converse(struct chat *c)
 	for (;;) {
 		size_t too_long = 0;
 		enum chat_read st;
-		bool stopped = false;
 		int crc;
 
 		printf("> ");
@@ -559,12 +574,11 @@ static int converse(struct chat *c)
 		ctrl_c = 0;
 		if (!usable(&line, too_long))
 			continue;
-		if (command(c, line.p, &crc) ? crc : user_turn(c, line.p, line.len, &stopped)) {
+		if (command(c, line.p, &crc) ? crc : user_turn(c, line.p, line.len)) {
 			fprintf(stderr, "tierkv chat: out of memory\n");
 			rc = CLI_ERR;
 			break;
 		}
-		ctrl_c = stopped;
 	}
 	chat_buf_free(&line);
 	fflush(stdout);
