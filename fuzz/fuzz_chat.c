@@ -1,22 +1,27 @@
-/* fuzz_chat.c - libFuzzer target for chat templates: detection from a GGUF
- * template text (outside input: it comes from the model file) and rendering of
- * arbitrary message lists (outside input: it comes from the request).
+/* fuzz_chat.c - libFuzzer target for chat templates (src/chat/template.c):
+ * detection from a GGUF template text (outside input: it comes from the model
+ * file) and rendering of arbitrary message lists (outside input: it comes
+ * from the request or the terminal).
  *
- * Input: byte 0 picks the template - bits 0-2 a family (plain, chatml,
- * llama-2, mistral, llama-3, zephyr, phi-3, gemma), bits 3-4 the EOS text
- * zephyr closes turns with ("", "</s>", "<|endoftext|>", 31 bytes), bit 5
- * "detect": the first record is a Jinja template text and the family is the
- * one srv_chat_detect finds there (plain when none), as `tierkv serve` picks
- * it. The rest is records separated by 0x1E: a role byte (mod 3: system, user,
- * assistant) and the content, any bytes, NULs included. These must hold:
- *  - detection gives -1 or a family; a family's name parses back to itself;
- *  - rendering succeeds, every content appears in the output in message
- *    order, the output is at most a bounded number of bytes longer than the
- *    contents, and it ends with the assistant's generation prompt (llama-2:
+ * Input: byte 0 picks the template - bits 0-3 a family (mod the family
+ * count), bits 4-5 the EOS text ("", "</s>", "<|endoftext|>", 31 bytes), bit 6
+ * "detect": the first record is a Jinja template text and the template is the
+ * one tkv_chat_template_detect finds there (plain when none), as `tierkv
+ * serve` and `tierkv chat` pick it. The rest is records separated by 0x1E: a
+ * role byte (mod 3: system, user, assistant) and the content, any bytes, NULs
+ * included. These must hold:
+ *  - detection gives TKV_OK or TKV_ERR_UNSUPPORTED and a valid family whose
+ *    name gives the same family back;
+ *  - rendering succeeds and reports its length, a buffer one byte short is
+ *    refused; every content the family writes where it stands (trimmed
+ *    where the family trims) appears in the output in message order; the
+ *    output is at most a bounded number of bytes longer than the contents;
+ *    it ends with the assistant's generation prompt (the [INST] families:
  *    after a user turn);
- *  - for the families whose turns stand alone (chatml, llama-3, zephyr,
- *    phi-3, plain) the rendering of all but the last message, without its
- *    generation prompt, is a prefix of the full rendering;
+ *  - for the families whose turns stand alone (chatml without Qwen3's think
+ *    blocks, llama-3, gemma-4, mistral-v7, zephyr, plain) the rendering of all
+ *    but the last message without the generation prompt is a prefix of the
+ *    full rendering (unless that message is the leading system one);
  *  - the output tokenizes with special tokens parsed, as the server does,
  *    with the stories260K (SPM) tokenizer and, when found, the Qwen2 (BPE)
  *    one, and the ids are in the vocab. */
@@ -27,7 +32,7 @@
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-#include "server/srv_impl.h"
+#include "tierkv.h"
 
 #define CHECK(c)                                                            \
 	do {                                                                \
@@ -45,10 +50,7 @@
 #define SEP 0x1e
 #define MAX_MSG 256
 #define TURN_BYTES 96   /* bound on the template text one turn adds, EOS included */
-
-static const char *const families[8] = {
-	"plain", "chatml", "llama-2", "mistral", "llama-3", "zephyr", "phi-3", "gemma",
-};
+#define HEAD_BYTES 128  /* ... and on a fixed header (llama-3's dates, gemma-4's thought channel) */
 static const char *const eos_texts[4] = { "", "</s>", "<|endoftext|>", "0123456789abcdefghijklmnopqrstu" };
 static const char *const roles[3] = { "system", "user", "assistant" };
 
@@ -93,16 +95,28 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* A growable output (malloc). */
+struct buf {
+	char *p;
+	size_t len;
+};
+
 /* The generation prompt the rendering must end with ("" = no fixed one). */
-static const char *gen_prompt(const struct srv_chat_tmpl *t, const struct srv_chat_msg *m, size_t n)
+static const char *gen_prompt(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n)
 {
-	switch (t->fmt) {
-	case SRV_CHAT_CHATML: return "<|im_start|>assistant\n";
-	case SRV_CHAT_LLAMA3: return "<|start_header_id|>assistant<|end_header_id|>\n\n";
-	case SRV_CHAT_ZEPHYR:
-	case SRV_CHAT_PHI3: return "<|assistant|>\n";
-	case SRV_CHAT_GEMMA: return "<start_of_turn>model\n";
-	case SRV_CHAT_LLAMA2: return n && !strcmp(m[n - 1].role, "user") ? " [/INST]" : "";
+	bool user_last = n && !strcmp(m[n - 1].role, "user");
+
+	switch (t->family) {
+	case TKV_CHAT_CHATML: return "<|im_start|>assistant\n";
+	case TKV_CHAT_LLAMA3: return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	case TKV_CHAT_ZEPHYR: return "<|assistant|>\n";
+	case TKV_CHAT_PHI3: return (t->flags & TKV_CHAT_USER_OPENS) && !user_last ? "" : "<|assistant|>\n";
+	case TKV_CHAT_GEMMA: return "<start_of_turn>model\n";
+	case TKV_CHAT_GEMMA4: return "<|turn>model\n<|channel>thought\n<channel|>";
+	case TKV_CHAT_LLAMA2:
+	case TKV_CHAT_MISTRAL: return user_last ? " [/INST]" : "";
+	case TKV_CHAT_MISTRAL_NEMO:
+	case TKV_CHAT_MISTRAL_V7: return user_last ? "[/INST]" : "";
 	default: return "Assistant:";
 	}
 }
@@ -118,14 +132,14 @@ static const char *find(const char *hay, size_t hn, const char *needle, size_t n
 	return NULL;
 }
 
-static bool ends_with(const struct srv_buf *b, const char *s)
+static bool ends_with(const struct buf *b, const char *s)
 {
 	size_t n = strlen(s);
 
 	return b->len >= n && !memcmp(b->p + b->len - n, s, n);
 }
 
-static void tokenize(const struct tok *t, const struct srv_buf *b)
+static void tokenize(const struct tok *t, const struct buf *b)
 {
 	size_t n = 0, n2 = 0;
 	int32_t *ids;
@@ -139,49 +153,83 @@ static void tokenize(const struct tok *t, const struct srv_buf *b)
 	free(ids);
 }
 
-static void check_render(const struct srv_chat_tmpl *t, const struct srv_chat_msg *m, size_t n)
+static struct buf render(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n, bool gen)
 {
-	struct srv_buf out = { 0 }, head = { 0 };
-	size_t total = 0, at = 0;
+	struct buf b = { NULL, 0 };
+	size_t len = 0, len2 = 0;
+
+	CHECK(tkv_chat_render(t, m, n, gen, NULL, 0, &len) == TKV_ERR_ARG);
+	b.p = malloc(len + 1);
+	CHECK(b.p);
+	if (len)
+		CHECK(tkv_chat_render(t, m, n, gen, b.p, len, &len2) == TKV_ERR_ARG && len2 == len);
+	CHECK(tkv_chat_render(t, m, n, gen, b.p, len + 1, &len2) == TKV_OK && len2 == len && b.p[len] == 0);
+	b.len = len;
+	return b;
+}
+
+/* The part of message i the family writes where it stands (NULL: none to look for). */
+static const char *visible(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t *n)
+{
+	bool trims = t->family == TKV_CHAT_LLAMA3 || t->family == TKV_CHAT_GEMMA || t->family == TKV_CHAT_GEMMA4;
+	const char *s = m->content;
+	bool sys = !strcmp(m->role, "system"), asst = !strcmp(m->role, "assistant");
+
+	*n = m->content_len;
+	if ((sys && (t->family == TKV_CHAT_PHI3 || t->family == TKV_CHAT_MISTRAL_NEMO)) ||
+	    (asst && (t->flags & TKV_CHAT_THINK)))
+		return NULL;
+	if (trims) {
+		while (*n && strchr(" \t\n\r\v\f", *s) && *s) {
+			s++;
+			(*n)--;
+		}
+		while (*n && s[*n - 1] && strchr(" \t\n\r\v\f", s[*n - 1]))
+			(*n)--;
+	}
+	return s;
+}
+
+static void check_render(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n)
+{
+	struct buf out = render(t, m, n, true);
+	size_t total = strlen(t->default_system), at = 0;
 	const char *gp = gen_prompt(t, m, n);
 
-	CHECK(srv_chat_render(t, m, n, &out) == 0);
-	/* llama-2 renders nothing for no messages (the server never asks: an
-	 * empty list is a 400) */
-	CHECK(out.p ? out.p[out.len] == 0 : n == 0 && t->fmt == SRV_CHAT_LLAMA2);
-	CHECK(srv_buf_add(&out, "", 0) == 0);
 	for (size_t i = 0; i < n; i++) {
-		const char *hit;
+		size_t len;
+		const char *s = visible(t, &m[i], &len), *hit;
 
 		total += m[i].content_len;
-		if (!m[i].content_len)
+		/* gemma writes its system text into the first turn: none, none written */
+		if (!s || !len || (t->family == TKV_CHAT_GEMMA && i == 0 && n == 1 && !strcmp(m[0].role, "system")))
 			continue;
-		hit = find(out.p + at, out.len - at, m[i].content, m[i].content_len);
+		hit = find(out.p + at, out.len - at, s, len);
 		CHECK(hit);
-		at = (size_t)(hit - out.p) + m[i].content_len;
+		at = (size_t)(hit - out.p) + len;
 	}
-	CHECK(out.len <= total + (n + 1) * TURN_BYTES);
+	CHECK(out.len <= total + (n + 1) * TURN_BYTES + HEAD_BYTES);
 	CHECK(ends_with(&out, gp));
 
-	if (n >= 1 && t->fmt != SRV_CHAT_LLAMA2 && t->fmt != SRV_CHAT_GEMMA) {
-		const char *hgp = gen_prompt(t, m, n - 1);
+	/* (a leading system message alone stands for the default one: not a turn) */
+	if (n >= 1 && !(n == 1 && !strcmp(m[0].role, "system")) && (t->family == TKV_CHAT_LLAMA3 || t->family == TKV_CHAT_GEMMA4 ||
+		       t->family == TKV_CHAT_MISTRAL_V7 || t->family == TKV_CHAT_ZEPHYR ||
+		       t->family == TKV_CHAT_PLAIN || (t->family == TKV_CHAT_CHATML && !(t->flags & TKV_CHAT_THINK)))) {
+		struct buf head = render(t, m, n - 1, false);
 
-		CHECK(srv_chat_render(t, m, n - 1, &head) == 0);
-		CHECK(ends_with(&head, hgp));
-		head.len -= strlen(hgp);
-		CHECK(head.len <= out.len && (head.len == 0 || !memcmp(head.p, out.p, head.len)));
-		srv_buf_free(&head);
+		CHECK(head.len <= out.len && !memcmp(head.p, out.p, head.len));
+		free(head.p);
 	}
 	for (size_t i = 0; i < 2; i++)
 		if (toks[i])
 			tokenize(toks[i], &out);
-	srv_buf_free(&out);
+	free(out.p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct srv_chat_msg m[MAX_MSG];
-	struct srv_chat_tmpl t, back;
+	static struct tkv_chat_msg m[MAX_MSG];
+	struct tkv_chat_template t, back;
 	const uint8_t *p, *end = data + size, *rec;
 	size_t n = 0;
 	uint8_t sel;
@@ -190,23 +238,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	sel = data[0];
 	memset(&t, 0, sizeof t);
-	CHECK(srv_chat_parse(families[sel & 7], &t) == 0);
-	snprintf(t.eos, sizeof t.eos, "%s", eos_texts[(sel >> 3) & 3]);
+	t.family = (enum tkv_chat_family)((sel & 15) % TKV_CHAT_FAMILY_COUNT);
+	CHECK(tkv_chat_template_by_name(&t, tkv_chat_template_name(&t)) == TKV_OK);
 	p = data + 1;
-	if (sel & 0x20) {
+	if (sel & 0x40) {
 		/* the first record is a template text from a GGUF file */
 		const uint8_t *e = memchr(p, SEP, (size_t)(end - p));
 		size_t len = (size_t)((e ? e : end) - p);
-		int f = srv_chat_detect((const char *)p, len);
+		int st = tkv_chat_template_detect(&t, (const char *)p, len);
 
-		CHECK(f >= -1 && f < SRV_CHAT_COUNT);
-		t.fmt = f >= 0 ? (enum srv_chat_fmt)f : SRV_CHAT_PLAIN;
-		t.sys_tags = f != SRV_CHAT_LLAMA2 || srv_chat_detect_sys((const char *)p, len);
+		CHECK(st == TKV_OK || (st == TKV_ERR_UNSUPPORTED && t.family == TKV_CHAT_PLAIN));
+		CHECK((unsigned)t.family < TKV_CHAT_FAMILY_COUNT);
+		CHECK(strlen(t.default_system) < sizeof t.default_system);
 		p = e ? e + 1 : end;
 	}
-	memset(&back, 0, sizeof back);
-	CHECK(srv_chat_parse(srv_chat_name(&t), &back) == 0);
-	CHECK(back.fmt == t.fmt && back.sys_tags == t.sys_tags);
+	snprintf(t.eos, sizeof t.eos, "%s", eos_texts[(sel >> 4) & 3]);
+	CHECK(tkv_chat_template_by_name(&back, tkv_chat_template_name(&t)) == TKV_OK);
+	CHECK(back.family == t.family);
 
 	for (rec = p; rec < end && n < MAX_MSG;) {
 		const uint8_t *e = memchr(rec, SEP, (size_t)(end - rec));
