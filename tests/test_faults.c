@@ -180,7 +180,7 @@ static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 }
 
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
- * of 48 KiB that two sequences outgrow after some 12 tokens each. */
+ * of 30 KiB that two sequences outgrow after some 14 tokens each. */
 static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct tkv_engine_params ep = base_params();
@@ -189,7 +189,7 @@ static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err
 	int st;
 
 	ep.n_threads = 2;
-	ep.kv_mem = 48 << 10;
+	ep.kv_mem = 30 << 10;
 	ep.kv.n_window = 4;
 	ep.kv.n_sink = 2;
 	if ((st = load(r, a, &ep, err)))
@@ -215,7 +215,7 @@ static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err
 /* Continuous batching: three sequences through tkv_engine_step (up to 8
  * rows a step), the third's prompt joining while the others decode, with the
  * adaptive policy (per-head budgets) under a per-sequence cap and a --kv-mem
- * of 56 KiB that the governor defends. */
+ * of 44 KiB that the governor defends. */
 static int sc_step(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct tkv_engine_params ep = base_params();
@@ -226,7 +226,7 @@ static int sc_step(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	int st;
 
 	ep.kv.policy = TKV_POLICY_ADAPTIVE;
-	ep.kv_mem = 56 << 10;
+	ep.kv_mem = 44 << 10;
 	ep.kv.seq_budget = 16 * 640;
 	ep.kv.n_window = 4;
 	ep.kv.n_sink = 2;

@@ -115,7 +115,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 		for (uint32_t j = 0; j < pg->n_used; j++, off++) {
 			kv_page_load_k(pg, j, Kd + (size_t)off * hd);
 			kv_page_load_v(pg, j, Vd + (size_t)off * hd);
-			spos[off] = pg->pos[j];
+			spos[off] = kv_slot_pos(pg, j);
 		}
 	}
 	for (uint32_t i = 0; i < T * hd; i++)

@@ -77,7 +77,7 @@ static void check_acct(struct kv_pool *pool, const struct live *lv, int n_live)
 				const struct kv_page *pg = st->pages[p];
 
 				assert_true(pg->n_used <= pg->cap);
-				assert_int_equal(pg->bytes, kv_page_bytes(pg->cap, pg->head_dim, pg->fmt));
+				assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
 				allocated += pg->bytes;
 				used += share(pg->bytes, pg->n_used, pg->cap);
 				kv += share(pg->kv_bytes, pg->n_used, pg->cap);

@@ -96,7 +96,7 @@ static void check_contents(struct kv_seq *s, uint32_t id, uint32_t want_tokens)
 				const struct kv_page *pg = st->pages[p];
 
 				for (uint32_t j = 0; j < pg->n_used; j++) {
-					int32_t pos = pg->pos[j];
+					int32_t pos = kv_slot_pos(pg, j);
 
 					if (pos < 0 || pos >= MAX_POS || seen[pos])
 						fail_msg("seq %u layer %u head %u: position %d twice or out of range", id, l,
@@ -130,7 +130,7 @@ struct acct {
 
 static void acct_page(struct acct *a, const struct kv_page *pg)
 {
-	assert_int_equal(pg->bytes, kv_page_bytes(pg->cap, pg->head_dim, pg->fmt));
+	assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
 	assert_int_equal(pg->kv_bytes, kv_page_kv_bytes(pg->cap, pg->head_dim, pg->fmt));
 	assert_true(pg->n_used <= pg->cap);
 	a->allocated += pg->bytes;
@@ -351,8 +351,9 @@ static void test_params(void **state)
 	kv_seq_free(NULL);
 }
 
-/* Page sizes: a 32-byte multiple, the header, pos, score and the K and V
- * regions of tier.h, with at most one cache line of padding per region. */
+/* Page sizes: the 32-byte header, the K and V regions of tier.h, 2-byte
+ * positions (4-byte in a wide page) and 2-byte scores, a 4-byte multiple with
+ * under 32 bytes of padding after K and under 4 after V and the metadata. */
 static void test_page_bytes(void **state)
 {
 	static const uint32_t caps[] = { 1, 3, 4, 16, 64, 4096 }, hds[] = { 4, 8, 64, 128 };
@@ -363,13 +364,17 @@ static void test_page_bytes(void **state)
 			for (size_t j = 0; j < sizeof hds / sizeof hds[0]; j++) {
 				uint32_t cap = caps[i], hd = hds[j];
 				size_t kvb = kv_tier_k_bytes(f, cap, hd) + kv_tier_v_bytes(f, cap, hd);
-				size_t lo = sizeof(struct kv_page) + (size_t)cap * (sizeof(int32_t) + sizeof(float)) + kvb;
-				size_t b = kv_page_bytes(cap, hd, f);
+				size_t lo = 32 + (size_t)cap * (sizeof(uint16_t) + sizeof(uint16_t)) + kvb;
+				size_t b = kv_page_bytes(cap, hd, f), bw = kv_page_bytes_width(cap, hd, f, true);
 
 				assert_int_equal(kv_page_kv_bytes(cap, hd, f), kvb);
-				assert_int_equal(b % 32, 0);
+				assert_int_equal(kv_page_bytes_width(cap, hd, f, false), b);
+				assert_int_equal(b % 4, 0);
 				assert_true(b >= lo);
-				assert_true(b < lo + 5 * 64);
+				assert_true(b < lo + 31 + 3 + 3);
+				assert_int_equal(bw % 4, 0);
+				assert_true(bw >= lo + 2 * (size_t)cap);
+				assert_true(bw < lo + 2 * (size_t)cap + 31 + 3 + 3);
 			}
 	/* the figures of tier.h, d = 64, 16 slots: K + V bytes */
 	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_F32), 4096 + 4096);
@@ -428,14 +433,17 @@ static void test_page_layout(void **state)
 					assert_int_equal(pg->n_used, 0);
 					assert_int_equal(pg->head_dim, hd);
 					assert_true(lo % 64 == 0);
-					assert_true((uintptr_t)pg->pos % 64 == 0 && (uintptr_t)pg->pos >= lo + sizeof *pg);
-					assert_true((uintptr_t)pg->score % 16 == 0 &&
-						    (uintptr_t)pg->score >= (uintptr_t)(pg->pos + cap));
-					assert_true((uintptr_t)pg->k % 32 == 0 &&
-						    (uintptr_t)pg->k >= (uintptr_t)(pg->score + cap));
+					/* header, K, V, positions, scores: in that order, in the page */
+					assert_int_equal(sizeof *pg, 32);
+					assert_true((uintptr_t)pg->k % 32 == 0 && (uintptr_t)pg->k == lo + sizeof *pg);
 					assert_true((uintptr_t)pg->v % 32 == 0 &&
 						    (uintptr_t)pg->v >= (uintptr_t)pg->k + kv_tier_k_bytes(f, cap, hd));
-					assert_true((uintptr_t)pg->v + kv_tier_v_bytes(f, cap, hd) <= hi);
+					assert_true(pg->meta_off % 4 == 0 &&
+						    lo + pg->meta_off >= (uintptr_t)pg->v + kv_tier_v_bytes(f, cap, hd));
+					assert_true((uintptr_t)kv_page_scores(pg) == lo + pg->meta_off + 2u * cap);
+					assert_true((uintptr_t)(kv_page_scores(pg) + cap) <= hi);
+					/* metadata: 4 bytes a slot; padding under 32 + 4 bytes */
+					assert_true(pg->bytes <= sizeof *pg + kv_page_kv_bytes(cap, hd, f) + 4u * cap + 31 + 3);
 
 					for (uint32_t s = 0; s < cap; s++)
 						kv_row(1, 0, 0, (int32_t)s, hd, K + (size_t)s * hd, V + (size_t)s * hd);
@@ -451,7 +459,7 @@ static void test_page_layout(void **state)
 						}
 						kv_tier_pack(f, pg->k, pg->v, cap, hd, Kr, Vr, cap);
 						for (uint32_t s = 0; s < cap; s++)
-							pg->pos[s] = (int32_t)(1000 + s);
+							kv_slot_set_pos(pg, s, (int32_t)(1000 + s));
 						/* rotated rows are within |x|_2 <= R sqrt(d); the error
 						 * per element of the un-rotated row is at most the 2-norm
 						 * of the stored error, sqrt(d) times its largest element,
@@ -462,7 +470,7 @@ static void test_page_layout(void **state)
 					} else if (kv_fmt_packed(f)) {
 						kv_tier_pack(f, pg->k, pg->v, cap, hd, K, V, cap);
 						for (uint32_t s = 0; s < cap; s++)
-							pg->pos[s] = (int32_t)(1000 + s);
+							kv_slot_set_pos(pg, s, (int32_t)(1000 + s));
 						tol = fmt_err(f, R);
 					} else {
 						for (uint32_t s = 0; s < cap; s++)
@@ -474,9 +482,9 @@ static void test_page_layout(void **state)
 					for (uint32_t s = 0; s < cap; s++) {
 						kv_page_load_k(pg, s, kb);
 						kv_page_load_v(pg, s, vb);
-						assert_int_equal(pg->pos[s], (int32_t)(1000 + s));
+						assert_int_equal(kv_slot_pos(pg, s), (int32_t)(1000 + s));
 						if (!rot && !kv_fmt_packed(f))
-							assert_true(pg->score[s] == 0.0f);
+							assert_true(kv_slot_score(pg, s) == 0.0f);
 						for (uint32_t e = 0; e < hd; e++) {
 							double ek = fabs(kb[e] - K[(size_t)s * hd + e]);
 							double ev = fabs(vb[e] - V[(size_t)s * hd + e]);
@@ -517,7 +525,7 @@ static void test_page_store_rounding(void **state)
 	assert_memory_equal(o, k, sizeof k);
 	kv_page_load_v(p32, 3, o);
 	assert_memory_equal(o, v, sizeof v);
-	assert_int_equal(p32->pos[3], 9);
+	assert_int_equal(kv_slot_pos(p32, 3), 9);
 	kv_pool_put(pool, pg);
 	kv_pool_put(pool, p32);
 	kv_pool_free(pool);
@@ -732,7 +740,7 @@ static void test_pages_on_demand(void **state)
 	check_acct1(pool, s);
 	/* appended in order: token t in page t / KV_PAGE_MIN */
 	for (uint32_t t = 0; t <= KV_PAGE_MIN; t++)
-		assert_int_equal(s->streams[0].pages[t / KV_PAGE_MIN]->pos[t % KV_PAGE_MIN], (int32_t)t);
+		assert_int_equal(kv_slot_pos(s->streams[0].pages[t / KV_PAGE_MIN], t % KV_PAGE_MIN), (int32_t)t);
 	/* a chunk that fills the second page, two full pages and a small one */
 	{
 		uint32_t n_new = (KV_PAGE_MIN - 1) + 2 * P + KV_PAGE_MIN, end = KV_PAGE_MIN + 1 + n_new;
@@ -1043,12 +1051,13 @@ static void remove_and_check(struct kv_seq *s, struct kv_stream *st, uint32_t i,
 	uint32_t d = s->head_dim, n = pg->n_used, last = n - 1;
 	static float K0[64 * 64], V0[64 * 64], K1[64 * 64], V1[64 * 64];
 	int32_t pos0[64];
-	float score0[64];
+	uint16_t score0[64];
 
 	assert_true(n <= 64 && d <= 64 && j < n);
 	page_rows(pg, K0, V0);
-	memcpy(pos0, pg->pos, n * sizeof *pos0);
-	memcpy(score0, pg->score, n * sizeof *score0);
+	for (uint32_t t = 0; t < n; t++)
+		pos0[t] = kv_slot_pos(pg, t);
+	memcpy(score0, kv_page_scores(pg), n * sizeof *score0);
 	kv_stream_remove_slot(s, st, i, j);
 	assert_ptr_equal(st->pages[i], pg);
 	assert_int_equal(pg->n_used, last);
@@ -1056,8 +1065,8 @@ static void remove_and_check(struct kv_seq *s, struct kv_stream *st, uint32_t i,
 	for (uint32_t t = 0; t < last; t++) {
 		uint32_t from = t == j ? last : t;
 
-		assert_int_equal(pg->pos[t], pos0[from]);
-		assert_true(pg->score[t] == score0[from]);
+		assert_int_equal(kv_slot_pos(pg, t), pos0[from]);
+		assert_true(kv_page_scores(pg)[t] == score0[from]);
 		assert_memory_equal(K1 + (size_t)t * d, K0 + (size_t)from * d, d * sizeof(float));
 		assert_memory_equal(V1 + (size_t)t * d, V0 + (size_t)from * d, d * sizeof(float));
 	}
@@ -1187,13 +1196,13 @@ static void rows_of(const struct kv_stream *st, uint32_t d, struct stream_rows *
 		const struct kv_page *pg = st->pages[p];
 
 		for (uint32_t j = 0; j < pg->n_used; j++) {
-			int32_t pos = pg->pos[j];
+			int32_t pos = kv_slot_pos(pg, j);
 
 			assert_true(pos >= 0 && pos < MAX_POS && !r->present[pos]);
 			r->present[pos] = 1;
 			kv_page_load_k(pg, j, r->k[pos]);
 			kv_page_load_v(pg, j, r->v[pos]);
-			r->score[pos] = pg->score[j];
+			r->score[pos] = kv_slot_score(pg, j);
 			r->fmt[pos] = pg->fmt;
 			r->rot[pos] = (pg->flags & KV_PAGE_ROT) != 0;
 			r->page[pos] = pg;
@@ -1229,7 +1238,7 @@ static void build_holey(struct kv_seq *s, struct kv_stream *st, struct kv_page *
 		pg = tu_kv_add_page(s, st, pages[i].fmt, pages[i].cap, (int)pages[i].rot, K, V, pos, pages[i].n, &why);
 		assert_non_null(pg);
 		for (uint32_t j = 0; j < pg->n_used; j++)
-			pg->score[j] = (float)pg->pos[j] * 0.5f;
+			kv_slot_set_score(pg, j, (float)kv_slot_pos(pg, j) * 0.5f);
 	}
 	/* the last f16 page stands for a shared prefix page */
 	*frozen = st->pages[st->n_pages - 1];
@@ -1499,7 +1508,7 @@ static void check_model_seq(const struct model_seq *m)
 		memset(seen, 0, sizeof seen);
 		for (uint32_t p = 0; p < st->n_pages; p++)
 			for (uint32_t j = 0; j < st->pages[p]->n_used; j++)
-				seen[st->pages[p]->pos[j]] = 1;
+				seen[kv_slot_pos(st->pages[p], j)] = 1;
 		for (uint32_t t = 0; t < MAX_POS; t++) {
 			if (seen[t] != m->live[i][t])
 				fail_msg("seq %u stream %zu: position %u %s", m->id, i, t,
@@ -1561,7 +1570,7 @@ static int demote_some(struct kv_seq *s, struct kv_stream *st, uint32_t n, uint3
 
 		kv_page_load_k(src, slot_of[x], K + (size_t)x * d);
 		kv_page_load_v(src, slot_of[x], V + (size_t)x * d);
-		pos[x] = src->pos[slot_of[x]];
+		pos[x] = kv_slot_pos(src, slot_of[x]);
 	}
 	pg = tu_kv_add_page(s, st, fmt, cap, rot, K, V, pos, got, &why);
 	if (!pg) {
@@ -1685,7 +1694,7 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 				if (st->pages[p]->n_used == 0)
 					continue;
 				j = tu_rng_u32() % st->pages[p]->n_used;
-				q->live[i][st->pages[p]->pos[j]] = 0;
+				q->live[i][kv_slot_pos(st->pages[p], j)] = 0;
 				remove_and_check(q->s, st, p, j);
 			}
 		} else if (op < 88) {

@@ -101,7 +101,7 @@ static bool effective(const struct kv_seq *s, const struct kv_page *pg, uint32_t
 		kv_page_load_k(pg, j, a);
 	for (uint32_t p = 0; p < below->n_pages; p++)
 		for (uint32_t i = 0; i < below->pages[p]->n_used; i++)
-			if (below->pages[p]->pos[i] == pg->pos[j]) {
+			if (kv_slot_pos(below->pages[p], i) == kv_slot_pos(pg, j)) {
 				if (value)
 					kv_page_load_v(below->pages[p], i, out);
 				else
@@ -153,7 +153,7 @@ static void check_attention(struct kv_seq *s, int32_t gone_pos)
 				double l = 0;
 
 				if (!effective(s, st->pages[p], j, 0, k)) {
-					assert_int_equal(st->pages[p]->pos[j], gone_pos);
+					assert_int_equal(kv_slot_pos(st->pages[p], j), gone_pos);
 					w[off] = -INFINITY;
 					saw_gone = true;
 					continue;
@@ -186,7 +186,7 @@ static void check_attention(struct kv_seq *s, int32_t gone_pos)
 		for (uint32_t p = 0; p < st->n_pages; p++)
 			for (uint32_t j = 0; j < st->pages[p]->n_used; j++, off++) {
 				tot += att[off];
-				if (st->pages[p]->pos[j] == gone_pos)
+				if (kv_slot_pos(st->pages[p], j) == gone_pos)
 					assert_true(att[off] == 0.0f);
 			}
 		assert_float_equal(tot, NQ, 1e-4);
@@ -284,7 +284,7 @@ static void test_attention_and_orphans(void **state)
 	/* evict position 10 (shared in layer 1) from layer 0: it is masked */
 	for (uint32_t p = 0; p < st0->n_pages; p++)
 		for (uint32_t j = 0; j < st0->pages[p]->n_used; j++)
-			if (st0->pages[p]->pos[j] == 10) {
+			if (kv_slot_pos(st0->pages[p], j) == 10) {
 				kv_stream_remove_slot(s, st0, p, j);
 				break;
 			}
@@ -316,8 +316,8 @@ static void test_policy_keeps_scales(void **state)
 		for (uint32_t j = 0; j < st1->pages[p]->n_used; j++)
 			if (st1->pages[p]->fmt == KV_FMT_REF) {
 				kv_page_load_k(st1->pages[p], j, x);
-				alpha[st1->pages[p]->pos[j]] = x[0];
-				st1->pages[p]->score[j] = tu_rng_f(0, 1);
+				alpha[kv_slot_pos(st1->pages[p], j)] = x[0];
+				kv_slot_set_score(st1->pages[p], j, tu_rng_f(0, 1));
 			}
 	pp.n_window = 8;
 	assert_int_equal(kv_cfg_init(&c, &pp, D, NQ, KV_FMT_F16, 16, &err), TKV_OK);
@@ -330,7 +330,7 @@ static void test_policy_keeps_scales(void **state)
 		for (uint32_t j = 0; j < st1->pages[p]->n_used; j++)
 			if (st1->pages[p]->fmt == KV_FMT_REF) {
 				kv_page_load_k(st1->pages[p], j, x);
-				assert_true(x[0] == alpha[st1->pages[p]->pos[j]]);
+				assert_true(x[0] == alpha[kv_slot_pos(st1->pages[p], j)]);
 			}
 	}
 	assert_int_equal(bytes, st1->kv_bytes);

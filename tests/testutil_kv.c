@@ -57,8 +57,8 @@ struct kv_page *tu_kv_add_page(struct kv_seq *s, struct kv_stream *st, uint32_t 
 	}
 	kv_tier_pack(fmt, pg->k, pg->v, cap, d, Kr, Vr, n);
 	for (uint32_t j = 0; j < n; j++) {
-		pg->pos[j] = pos[j];
-		pg->score[j] = 0.0f;
+		kv_slot_set_pos(pg, j, pos[j]);
+		kv_slot_set_score(pg, j, 0.0f);
 	}
 	if (kv_stream_add_page(s, st, pg) != TKV_OK) {
 		kv_pool_put(s->pool, pg);

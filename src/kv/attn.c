@@ -291,7 +291,7 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 		int visible = 1;
 
 		for (uint32_t j = 0; j < pg->n_used; j++)
-			visible &= pg->pos[j] <= qpos;
+			visible &= kv_slot_pos(pg, j) <= qpos;
 		if (visible && vmax) { /* decode: every slot is in the past */
 			for (uint32_t h = 0; h < nq; h++)
 				max[h] = vmax(logit + (size_t)h * n + off, pg->n_used, max[h]);
@@ -301,7 +301,7 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 			for (uint32_t h = 0; h < nq; h++) {
 				float *l = &logit[(size_t)h * n + off + j];
 
-				if (pg->pos[j] > qpos)
+				if (kv_slot_pos(pg, j) > qpos)
 					*l = -INFINITY;
 				else if (*l > max[h])
 					max[h] = *l;
@@ -312,7 +312,7 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 	for (uint32_t j = 0; j < pg->n_used; j++) {
 		const float *k = kbuf;
 
-		if (pg->pos[j] > qpos) {
+		if (kv_slot_pos(pg, j) > qpos) {
 			for (uint32_t h = 0; h < nq; h++)
 				logit[(size_t)h * n + off + j] = -INFINITY;
 			continue;
@@ -340,7 +340,7 @@ static void ref_rows(const struct kv_page *pg, const struct kv_attn_args *a, uin
 {
 	*found = 0;
 	for (uint32_t i = 0; i < m; i++) {
-		int32_t pos = pg->pos[j0 + i];
+		int32_t pos = kv_slot_pos(pg, j0 + i);
 		uint32_t e = a->below && pos >= 0 && pos < a->n_pos ? a->below_map[pos] : KV_NO_PAGE;
 		float *r = rows + (size_t)i * d;
 		uint16_t alpha = ((const uint16_t *)(value ? pg->v : pg->k))[j0 + i];
@@ -375,7 +375,7 @@ static void score_ref_page(const struct kv_page *pg, const struct kv_attn_args *
 			for (uint32_t h = 0; h < a->nq; h++) {
 				float *l = &logit[(size_t)h * n + off + j0 + i];
 
-				*l = !(found >> i & 1u) || pg->pos[j0 + i] > a->qpos ?
+				*l = !(found >> i & 1u) || kv_slot_pos(pg, j0 + i) > a->qpos ?
 					     -INFINITY : a->scale * dot(a->q + (size_t)h * d, kbuf + (size_t)i * d, d);
 				if (*l > max[h])
 					max[h] = *l;

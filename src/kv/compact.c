@@ -19,9 +19,14 @@ static uint32_t full_cap(const struct kv_stream *st, uint32_t fmt)
 	return fmt == st->hot_fmt ? st->page_tokens : st->low_cap;
 }
 
+/* A group: a format, a rotation and a position width (rot holds
+ * KV_PAGE_ROT and KV_PAGE_WIDE bits), so slots move only between pages of
+ * the same kind and wide positions never into a narrow page. */
+#define GROUP_FLAGS (KV_PAGE_ROT | KV_PAGE_WIDE)
+
 static bool in_group(const struct kv_page *pg, uint32_t fmt, uint32_t rot)
 {
-	return pg->fmt == fmt && (uint32_t)(pg->flags & KV_PAGE_ROT) == rot;
+	return pg->fmt == fmt && (uint32_t)(pg->flags & GROUP_FLAGS) == rot;
 }
 
 /* Pages whose slots compaction may move: private (not in the prefix tree),
@@ -64,8 +69,7 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 			kv_tier_store(b->fmt, b->k, b->v, b->cap, d, nb + j, k, v);
 		}
 	}
-	memcpy(b->pos + nb, a->pos + na, m * sizeof *b->pos);
-	memcpy(b->score + nb, a->score + na, m * sizeof *b->score);
+	kv_slot_copy(b, nb, a, na, m);
 	kv_stream_set_used(s, st, b, nb + m);
 	kv_stream_set_used(s, st, a, na);
 }
@@ -177,7 +181,7 @@ struct rebuild_buf {
 	struct kv_page **fresh;   /* [n_new] */
 	struct slot_src *src;     /* [n_loose] */
 	float *K, *V;             /* (T, d) */
-	float *score;             /* (T) */
+	uint16_t *score;          /* (T) score codes */
 	int32_t *pos;             /* (T) */
 };
 
@@ -220,8 +224,9 @@ static uint32_t lift(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint3
 		b->src[n_src++] = (struct slot_src){ pg, t, n };
 		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, b->K + (size_t)t * d);
 		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, b->V + (size_t)t * d);
-		memcpy(b->pos + t, pg->pos, n * sizeof *b->pos);
-		memcpy(b->score + t, pg->score, n * sizeof *b->score);
+		for (uint32_t j = 0; j < n; j++)
+			b->pos[t + j] = kv_slot_pos(pg, j);
+		memcpy(b->score + t, kv_page_scores(pg), n * sizeof *b->score);
 		t += n;
 		kv_stream_set_used(s, st, pg, 0);
 	}
@@ -261,8 +266,9 @@ static void fill(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, const struc
 		for (uint32_t k = 0; k < n; k++)
 			kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, k, K + (size_t)k * d, V + (size_t)k * d);
 	}
-	memcpy(pg->pos, b->pos + t, n * sizeof *pg->pos);
-	memcpy(pg->score, b->score + t, n * sizeof *pg->score);
+	for (uint32_t j = 0; j < n; j++)
+		kv_slot_set_pos(pg, j, b->pos[t + j]);
+	memcpy(kv_page_scores(pg), b->score + t, n * sizeof *b->score);
 }
 
 /* Rewrites the loose pages of one group into full-size pages and one
@@ -293,7 +299,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 	for (; got < n_new; got++) {
 		uint32_t cap = got < g.T / M ? M : kv_stream_tail_cap(s, st, fmt, g.T % M, M);
 
-		if (!(b.fresh[got] = kv_pool_get(s->pool, s->head_dim, fmt, cap, &why)))
+		if (!(b.fresh[got] = kv_pool_get_width(s->pool, s->head_dim, fmt, cap, rot & KV_PAGE_WIDE, &why)))
 			break;
 	}
 	if (got < n_new) {
@@ -342,7 +348,8 @@ int kv_stream_compact(struct kv_seq *s, struct kv_stream *st)
 		size_t was = stream_page_bytes(st);
 
 		for (uint32_t fmt = 0; fmt < KV_FMT_ALL; fmt++) {
-			for (uint32_t rot = 0; rot <= KV_PAGE_ROT; rot += KV_PAGE_ROT) {
+			for (uint32_t g = 0; g < 4; g++) {
+				uint32_t rot = (g & 1 ? KV_PAGE_ROT : 0) | (g & 2 ? KV_PAGE_WIDE : 0);
 				bool any = false;
 				int r;
 

@@ -214,13 +214,13 @@ void kv_policy_observe(const struct kv_cfg *c, struct kv_stream *st, const float
 		}
 		if (c->score == KV_SCORE_LAST) {
 			for (uint32_t j = 0; j < pg->n_used; j++)
-				pg->score[j] = att[i++];
+				kv_slot_set_score(pg, j, att[i++]);
 		} else if (c->decay < 1.0f) {
 			for (uint32_t j = 0; j < pg->n_used; j++)
-				pg->score[j] = pg->score[j] * c->decay + att[i++];
+				kv_slot_set_score(pg, j, kv_slot_score(pg, j) * c->decay + att[i++]);
 		} else {
 			for (uint32_t j = 0; j < pg->n_used; j++)
-				pg->score[j] += att[i++];
+				kv_slot_set_score(pg, j, kv_slot_score(pg, j) + att[i++]);
 		}
 	}
 }
@@ -415,7 +415,8 @@ static float cosine(const float *a, const float *b, uint32_t d)
 static float priority(const struct kv_cfg *c, const struct kv_seq *s, const struct kv_stream *st,
 		      const struct kv_page *pg, uint32_t j)
 {
-	float age = (float)(s->n_pos - pg->pos[j]);
+	int32_t pos = kv_slot_pos(pg, j);
+	float age = (float)(s->n_pos - pos);
 	float kbuf[KV_MAX_HEAD_DIM];
 	/* a shared slot's direction is in the layer below: neutral similarity */
 	bool sem = pg->fmt != KV_FMT_REF;
@@ -424,12 +425,12 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 		age = 1.0f;
 	switch (c->prio) {
 	case KV_PRIO_POS:
-		return (float)pg->pos[j];
+		return (float)pos;
 	case KV_PRIO_ACC:
 	case KV_PRIO_LAST:
-		return pg->score[j];
+		return kv_slot_score(pg, j);
 	case KV_PRIO_MEAN:
-		return pg->score[j] / age;
+		return kv_slot_score(pg, j) / age;
 	case KV_PRIO_SEMANTIC:
 		if (!sem)
 			return 0.0f;
@@ -438,8 +439,8 @@ static float priority(const struct kv_cfg *c, const struct kv_seq *s, const stru
 	case KV_PRIO_MEAN_SEM: {
 		/* attention per query relative to a fair share (1 = average), shaded
 		 * by the key's similarity to the core vector, plus recency */
-		float att = pg->score[j] / age * (float)st->n_tokens / (float)c->group;
-		float rec = s->n_pos > 0 ? (float)pg->pos[j] / (float)s->n_pos : 0.0f;
+		float att = kv_slot_score(pg, j) / age * (float)st->n_tokens / (float)c->group;
+		float rec = s->n_pos > 0 ? (float)pos / (float)s->n_pos : 0.0f;
 
 		if (c->semantic_weight != 0.0f && sem) {
 			kv_page_load_k(pg, j, kbuf);
@@ -591,7 +592,7 @@ static void complete(struct kv_seq *s, struct kv_stream *st, const struct cand *
 		kv_rotate(vb, d);
 	kv_tier_store_v(pk->fmt, pk->v, pk->cap, d, best->slot, vb);
 	pk->flags |= KV_PAGE_DIRTY;
-	pk->score[best->slot] += pe->score[e->slot];
+	kv_slot_set_score(pk, best->slot, kv_slot_score(pk, best->slot) + kv_slot_score(pe, e->slot));
 	st->merged++;
 }
 
@@ -606,7 +607,7 @@ static uint32_t top_up_rows(struct kv_seq *s, struct kv_stream *st, uint32_t fmt
 		struct kv_page *pg = st->pages[p];
 		uint32_t n = pg->n_used;
 
-		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
+		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_takes(st, pg))
 			continue;
 		while (n < pg->cap && done < n_mv) {
 			struct moved *m = &mv[done++];
@@ -616,8 +617,8 @@ static uint32_t top_up_rows(struct kv_seq *s, struct kv_stream *st, uint32_t fmt
 				kv_rotate(m->v, d);
 			}
 			kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, n, m->k, m->v);
-			pg->pos[n] = m->pos;
-			pg->score[n] = m->score;
+			kv_slot_set_pos(pg, n, m->pos);
+			kv_slot_set_score(pg, n, m->score);
 			n++;
 		}
 		kv_stream_set_used(s, st, pg, n);
@@ -637,7 +638,7 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 		struct kv_page *pg = st->pages[p];
 		uint32_t n = pg->n_used, add;
 
-		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot)
+		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_takes(st, pg))
 			continue;
 		add = pg->cap - n < n_mv ? pg->cap - n : n_mv;
 		for (uint32_t j = 0; j < n; j++) {
@@ -653,8 +654,8 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 				kv_rotate(K + (size_t)(n + j) * d, d);
 				kv_rotate(V + (size_t)(n + j) * d, d);
 			}
-			pg->pos[n + j] = m->pos;
-			pg->score[n + j] = m->score;
+			kv_slot_set_pos(pg, n + j, m->pos);
+			kv_slot_set_score(pg, n + j, m->score);
 		}
 		kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
 		kv_stream_set_used(s, st, pg, n + add);
@@ -675,7 +676,7 @@ static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, b
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
 		uint32_t pc = n < cap && !kv_fmt_packed(fmt) ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
-		struct kv_page *pg = kv_pool_get(s->pool, d, fmt, pc, why);
+		struct kv_page *pg = kv_stream_new_page(s, st, fmt, pc, why);
 
 		if (!pg)
 			break;
@@ -697,8 +698,8 @@ static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, b
 				kv_rotate(m->k, d);
 				kv_rotate(m->v, d);
 			}
-			pg->pos[j] = m->pos;
-			pg->score[j] = m->score;
+			kv_slot_set_pos(pg, j, m->pos);
+			kv_slot_set_score(pg, j, m->score);
 			if (!kv_fmt_packed(fmt)) {
 				kv_tier_store(fmt, pg->k, pg->v, pc, d, j, m->k, m->v);
 			} else {
@@ -763,7 +764,7 @@ static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, stru
 				float k[KV_MAX_HEAD_DIM], v[KV_MAX_HEAD_DIM];
 				struct kv_page *to;
 
-				if (!protected_pos(c, s, pg->pos[j], n_window))
+				if (!protected_pos(c, s, kv_slot_pos(pg, j), n_window))
 					continue;
 				if (pass == 0) {
 					left++;
@@ -773,8 +774,8 @@ static uint32_t convert_protected(const struct kv_cfg *c, struct kv_seq *s, stru
 					return moved;
 				kv_page_load_k(pg, j, k);
 				kv_page_load_v(pg, j, v);
-				kv_page_store(to, to->n_used, pg->pos[j], k, v);
-				to->score[to->n_used] = pg->score[j];
+				kv_page_store(to, to->n_used, kv_slot_pos(pg, j), k, v);
+				kv_slot_copy(to, to->n_used, pg, j, 1);
 				kv_stream_set_used(s, st, to, to->n_used + 1);
 				kv_stream_remove_slot(s, st, p, j);
 				st->demoted++;
@@ -835,7 +836,7 @@ static int rank(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 		for (uint32_t j = 0; j < pg->n_used; j++) {
 			struct cand *k = &r->cand[r->n_cand];
 
-			if (protected_pos(c, s, pg->pos[j], r->n_window) || (pg->flags & KV_PAGE_FROZEN)) {
+			if (protected_pos(c, s, kv_slot_pos(pg, j), r->n_window) || (pg->flags & KV_PAGE_FROZEN)) {
 				r->prot_bytes += conv ? slot_cost(st->hot_fmt, fmt_cap(st, st->hot_fmt), d)
 						      : slot_cost(pg->fmt, pg->cap, d);
 				continue;
@@ -843,7 +844,7 @@ static int rank(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 			k->prio = priority(c, s, st, pg, j);
 			k->page = p;
 			k->slot = j;
-			k->pos = pg->pos[j];
+			k->pos = kv_slot_pos(pg, j);
 			k->fmt = pg->fmt;
 			r->n_cand++;
 		}
@@ -924,7 +925,7 @@ static int lift_moving(struct kv_seq *s, const struct kv_stream *st, struct roun
 		kv_page_load_k(pg, k->slot, m->k);
 		kv_page_load_v(pg, k->slot, m->v);
 		m->pos = k->pos;
-		m->score = pg->score[k->slot];
+		m->score = kv_slot_score(pg, k->slot);
 		m->target = k->target;
 		n++;
 	}

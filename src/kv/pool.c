@@ -16,11 +16,11 @@ struct kv_pool {
 	struct kv_pool_stats st;     /* guarded by lock */
 };
 
-/* The header starts a cache line and so does pos; score follows pos at 16
- * bytes and K and V at 32 (an AVX load), so a small page pays little padding. */
-#define KV_ALIGN 64
-#define KV_META_ALIGN 16
+/* The header starts a cache line and K follows it at 32 bytes; V starts at
+ * 32 bytes too (an AVX load) and the metadata after it, so a small page pays
+ * little padding. */
 #define KV_DATA_ALIGN 32
+#define KV_META_ALIGN 4
 #define ROUND_UP(x, a) (((x) + (a) - 1) & ~(size_t)((a) - 1))
 
 struct kv_pool_params kv_pool_default_params(void)
@@ -36,24 +36,28 @@ size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 
 /* Offsets of a page's regions from its start (see pool.h). */
 struct page_layout {
-	size_t pos, score, k, v, end;
+	size_t v, meta, end;
 };
 
-static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt)
+static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide)
 {
 	struct page_layout l;
 
-	l.pos = ROUND_UP(sizeof(struct kv_page), KV_ALIGN);
-	l.score = ROUND_UP(l.pos + (size_t)cap * sizeof(int32_t), KV_META_ALIGN);
-	l.k = ROUND_UP(l.score + (size_t)cap * sizeof(float), KV_DATA_ALIGN);
-	l.v = ROUND_UP(l.k + kv_tier_k_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
-	l.end = ROUND_UP(l.v + kv_tier_v_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
+	l.v = ROUND_UP(sizeof(struct kv_page) + kv_tier_k_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
+	l.meta = ROUND_UP(l.v + kv_tier_v_bytes(fmt, cap, head_dim), KV_META_ALIGN);
+	l.end = ROUND_UP(l.meta + (size_t)cap * ((wide ? sizeof(int32_t) : sizeof(uint16_t)) + sizeof(uint16_t)),
+			 KV_META_ALIGN);
 	return l;
 }
 
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 {
-	return layout(cap, head_dim, fmt).end;
+	return layout(cap, head_dim, fmt, false).end;
+}
+
+size_t kv_page_bytes_width(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide)
+{
+	return layout(cap, head_dim, fmt, wide).end;
 }
 
 int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tkv_alloc *a,
@@ -115,8 +119,14 @@ int kv_pool_can_fit(struct kv_pool *p, size_t bytes)
 
 struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, int *why)
 {
-	size_t bytes = kv_page_bytes(cap, head_dim, fmt);
-	struct page_layout lay;
+	return kv_pool_get_width(p, head_dim, fmt, cap, false, why);
+}
+
+struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, bool wide,
+				  int *why)
+{
+	struct page_layout lay = layout(cap, head_dim, fmt, wide);
+	size_t bytes = lay.end;
 	struct kv_page *pg;
 	unsigned char *base;
 
@@ -142,16 +152,14 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, 
 	pg = (struct kv_page *)base;
 	memset(pg, 0, sizeof *pg);
 	pg->fmt = (uint8_t)fmt;
+	pg->flags = wide ? KV_PAGE_WIDE : 0;
 	pg->refs = 1;
-	pg->cap = cap;
-	pg->head_dim = head_dim;
-	pg->bytes = bytes;
-	pg->kv_bytes = kv_page_kv_bytes(cap, head_dim, fmt);
-	lay = layout(cap, head_dim, fmt);
-	pg->pos = (int32_t *)(base + lay.pos);
-	pg->score = (float *)(base + lay.score);
-	pg->k = base + lay.k;
+	pg->cap = (uint16_t)cap;
+	pg->head_dim = (uint16_t)head_dim;
+	pg->bytes = (uint32_t)bytes;
+	pg->kv_bytes = (uint32_t)kv_page_kv_bytes(cap, head_dim, fmt);
 	pg->v = base + lay.v;
+	pg->meta_off = (uint32_t)lay.meta;
 
 	pthread_mutex_lock(&p->lock);
 	if (p->st.allocated > p->st.peak_allocated)
@@ -173,7 +181,7 @@ static void set_used_locked(struct kv_pool *p, struct kv_page *pg, uint32_t n)
 	p->st.fmt_kv_bytes[pg->fmt] += kv_share(pg->kv_bytes, n, pg->cap);
 	p->st.fmt_slots[pg->fmt] -= pg->n_used;
 	p->st.fmt_slots[pg->fmt] += n;
-	pg->n_used = n;
+	pg->n_used = (uint16_t)n;
 }
 
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg)
@@ -222,8 +230,8 @@ void kv_pool_note_compact(struct kv_pool *p, uint64_t slots, uint64_t bytes, uin
 
 void kv_page_store(struct kv_page *pg, uint32_t slot, int32_t pos, const float *k, const float *v)
 {
-	pg->pos[slot] = pos;
-	pg->score[slot] = 0.0f;
+	kv_slot_set_pos(pg, slot, pos);
+	kv_page_scores(pg)[slot] = 0;
 	kv_tier_store(pg->fmt, pg->k, pg->v, pg->cap, pg->head_dim, slot, k, v);
 }
 

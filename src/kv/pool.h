@@ -1,15 +1,31 @@
 /* pool.h - the KV page pool: one byte budget, pages allocated on demand.
  *
  * A page holds up to `cap` token slots of one (sequence, layer, KV head) stream
- * in one storage format (tier.h). Layout of a page (one allocation; the page
- * and pos start at 64-byte boundaries, score at 16, K and V at 32):
+ * in one storage format (tier.h). Layout of a page (one allocation, starting
+ * at a 64-byte boundary; K and V start at 32-byte boundaries):
  *
- *   struct kv_page           header (this struct)
- *   int32_t pos[cap]         original position of each slot (keys are stored
- *                            after RoPE at that position)
- *   float   score[cap]       importance of each slot (kept by the policies)
- *   K region                 kv_tier_k_bytes(fmt, cap, d)
+ *   struct kv_page           header, 32 bytes (this struct)
+ *   K region                 kv_tier_k_bytes(fmt, cap, d), right after it
  *   V region                 kv_tier_v_bytes(fmt, cap, d)
+ *   pos[cap]                 original position of each slot (keys are stored
+ *                            after RoPE at that position), exact: uint16_t,
+ *                            or int32_t in a KV_PAGE_WIDE page
+ *   score[cap]               importance of each slot (kept by the policies):
+ *                            uint16_t codes, kv_score_enc / kv_score_dec
+ *
+ * Metadata is 4 bytes a slot (6 in a wide page) and 32 bytes a page. Slot
+ * positions go through kv_slot_pos / kv_slot_set_pos and scores through
+ * kv_slot_score / kv_slot_set_score, never through the arrays directly.
+ *
+ * Positions: a narrow page holds positions 0..65535 only (KV_POS16_LIMIT); a
+ * stream whose sequence passes that takes wide pages from then on (seq.h). A
+ * position is never rounded: masks and RoPE see the one the token had.
+ *
+ * Scores: an unsigned 16-bit float, 6 bits of exponent and 10 of mantissa,
+ * i.e. log-scaled in octaves from 2^-32 to 2^32 with 1024 linear steps in
+ * each (relative step 2^-10, rounding to nearest: at most 2^-11 of the value);
+ * code 0 is 0, smaller and negative values go to 0, larger ones to the
+ * largest code.
  *
  * Pages of a stream have any cap: full-size pages of the layer's page size,
  * small pages a growing stream takes (seq.h, dynamic chunking) and
@@ -27,8 +43,10 @@
 #ifndef TKV_KV_POOL_H
 #define TKV_KV_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kv/tier.h"
 #include "tierkv.h"
@@ -44,22 +62,31 @@ enum kv_page_flags {
 	KV_PAGE_ROT = 1,     /* K and V stored rotated (tier.h) */
 	KV_PAGE_FROZEN = 2,  /* in the prefix tree: read-only for every holder */
 	KV_PAGE_DIRTY = 4,   /* a slot was rewritten in place (no longer pristine) */
+	KV_PAGE_WIDE = 8,    /* positions are int32_t (else uint16_t, below KV_POS16_LIMIT) */
 };
 
+/* Positions a narrow page can hold: 0..KV_POS16_LIMIT-1. */
+#define KV_POS16_LIMIT 65536
+
+/* The largest slot count of a page (cap and n_used are 16-bit). */
+#define KV_PAGE_MAX_CAP 4096
+
 struct kv_page {
+	void *v;             /* V region */
+	uint32_t bytes;      /* what this page costs against the budget (< 2^32: at
+			      * most 4096 slots of 512 f32 channels, K and V) */
+	uint32_t kv_bytes;   /* its K and V regions */
 	uint8_t fmt;         /* enum kv_fmt */
 	uint8_t flags;       /* enum kv_page_flags */
 	uint16_t refs;       /* holders: streams and the prefix tree (1 when private) */
-	uint32_t cap;        /* slots in this page */
-	uint32_t n_used;     /* slots filled, 0..n_used-1 */
-	uint32_t head_dim;
-	size_t bytes;        /* what this page costs against the budget */
-	size_t kv_bytes;     /* its K and V regions */
-	int32_t *pos;        /* [cap] */
-	float *score;        /* [cap] */
-	void *k;             /* K region */
-	void *v;             /* V region */
+	uint16_t cap;        /* slots in this page, 1..KV_PAGE_MAX_CAP */
+	uint16_t n_used;     /* slots filled, 0..n_used-1 */
+	uint16_t head_dim;   /* at most KV_MAX_HEAD_DIM */
+	uint16_t reserved;
+	uint32_t meta_off;   /* offset of pos[cap] from the page's start; score[cap] follows */
+	_Alignas(32) unsigned char k[]; /* K region */
 };
+_Static_assert(sizeof(struct kv_page) == 32, "a page header is 32 bytes");
 
 struct kv_pool_params {
 	size_t budget;        /* bytes; 0 = unlimited */
@@ -97,8 +124,10 @@ int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tk
  * the allocator. */
 void kv_pool_free(struct kv_pool *p);
 
-/* Bytes a page of this shape costs against the budget / its K+V regions. */
+/* Bytes a page of this shape costs against the budget (wide: int32_t
+ * positions) / its K+V regions. */
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
+size_t kv_page_bytes_width(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide);
 size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 
 /* floor(bytes * n / cap) for n <= cap, exact in ISO C integers: with
@@ -120,6 +149,10 @@ int kv_pool_can_fit(struct kv_pool *p, size_t bytes);
  * (*why = TKV_ERR_KV_FULL or TKV_ERR_NOMEM). Ownership: transferred to the
  * caller until kv_pool_put. */
 struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, int *why);
+/* The same with int32_t positions when wide (any position), uint16_t ones
+ * (below KV_POS16_LIMIT) when not. */
+struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, bool wide,
+				  int *why);
 /* Returns a page (may be NULL) whatever its holders. */
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg);
 /* Drops one holder; the last one returns the page. Holders are counted by the
@@ -133,6 +166,82 @@ void kv_pool_note_compact(struct kv_pool *p, uint64_t slots, uint64_t bytes, uin
 uint32_t kv_pool_page_tokens(const struct kv_pool *p);
 uint32_t kv_pool_fmt(const struct kv_pool *p);
 size_t kv_pool_budget(const struct kv_pool *p);
+
+/* ---- slot metadata ---- */
+
+/* Score codes (see the top of this file). */
+#define KV_SCORE_EBIAS (127 - 32) /* the float exponent of code exponent 0 */
+
+static inline uint16_t kv_score_enc(float x)
+{
+	uint32_t b;
+
+	if (!(x >= 0x1p-32f)) /* 0, negative, NaN, or below the range */
+		return 0;
+	memcpy(&b, &x, sizeof b);
+	b = (b + (1u << 12)) >> 13; /* round the mantissa to 10 bits */
+	if (b >= (KV_SCORE_EBIAS + 64u) << 10)
+		return UINT16_MAX;
+	return (uint16_t)(b - (KV_SCORE_EBIAS << 10));
+}
+
+static inline float kv_score_dec(uint16_t c)
+{
+	uint32_t b = ((uint32_t)c + (KV_SCORE_EBIAS << 10)) << 13;
+	float x;
+
+	memcpy(&x, &b, sizeof x);
+	return c ? x : 0.0f;
+}
+
+static inline bool kv_page_wide(const struct kv_page *pg)
+{
+	return (pg->flags & KV_PAGE_WIDE) != 0;
+}
+
+static inline int32_t kv_slot_pos(const struct kv_page *pg, uint32_t j)
+{
+	const unsigned char *m = (const unsigned char *)pg + pg->meta_off;
+
+	return kv_page_wide(pg) ? ((const int32_t *)(const void *)m)[j] : ((const uint16_t *)(const void *)m)[j];
+}
+
+/* pos must be in 0..KV_POS16_LIMIT-1 unless the page is wide. */
+static inline void kv_slot_set_pos(struct kv_page *pg, uint32_t j, int32_t pos)
+{
+	unsigned char *m = (unsigned char *)pg + pg->meta_off;
+
+	if (kv_page_wide(pg))
+		((int32_t *)(void *)m)[j] = pos;
+	else
+		((uint16_t *)(void *)m)[j] = (uint16_t)pos;
+}
+
+/* The score codes of a page: [cap], after the positions. */
+static inline uint16_t *kv_page_scores(const struct kv_page *pg)
+{
+	return (uint16_t *)(void *)((unsigned char *)pg + pg->meta_off + (size_t)pg->cap * (kv_page_wide(pg) ? 4 : 2));
+}
+
+static inline float kv_slot_score(const struct kv_page *pg, uint32_t j)
+{
+	return kv_score_dec(kv_page_scores(pg)[j]);
+}
+
+static inline void kv_slot_set_score(struct kv_page *pg, uint32_t j, float score)
+{
+	kv_page_scores(pg)[j] = kv_score_enc(score);
+}
+
+/* Copies the positions and scores of n slots from src (from slot sj) to dst
+ * (from slot dj); scores keep their codes. dst must take the positions
+ * (wide, or all of them below KV_POS16_LIMIT). */
+static inline void kv_slot_copy(struct kv_page *dst, uint32_t dj, const struct kv_page *src, uint32_t sj, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		kv_slot_set_pos(dst, dj + i, kv_slot_pos(src, sj + i));
+	memmove(kv_page_scores(dst) + dj, kv_page_scores(src) + sj, n * sizeof(uint16_t));
+}
 
 /* Slot access for pages of any format (per-slot formats store in place;
  * packed formats are written with kv_tier_pack by the cache). */

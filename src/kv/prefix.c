@@ -122,10 +122,10 @@ static struct kv_page *pristine(const struct kv_seq *s, const struct kv_stream *
 		uint32_t i = k == 0 ? (chunk < st->n_pages ? chunk : 0) : (k <= chunk ? k - 1 : k);
 		struct kv_page *pg = st->pages[i];
 		int ok = pg->n_used == P && pg->cap == P && pg->fmt == kv_pool_fmt(s->pool) &&
-			 !(pg->flags & (KV_PAGE_DIRTY | KV_PAGE_ROT)) && pg->pos[0] == p0;
+			 !(pg->flags & (KV_PAGE_DIRTY | KV_PAGE_ROT)) && kv_slot_pos(pg, 0) == p0;
 
 		for (uint32_t j = 1; ok && j < P; j++)
-			ok = pg->pos[j] == p0 + (int32_t)j;
+			ok = kv_slot_pos(pg, j) == p0 + (int32_t)j;
 		if (ok)
 			return pg;
 	}
@@ -332,12 +332,12 @@ int kv_stream_cow(struct kv_seq *s, struct kv_stream *st, uint32_t i)
 	struct kv_page *old = st->pages[i], *pg;
 	int why;
 
-	pg = kv_pool_get(s->pool, old->head_dim, old->fmt, old->cap, &why);
+	pg = kv_pool_get_width(s->pool, old->head_dim, old->fmt, old->cap, kv_page_wide(old), &why);
 	if (!pg)
 		return why;
 	/* same shape, same layout: copy everything after the header */
-	memcpy((char *)pg->pos, (const char *)old->pos, old->bytes - (size_t)((const char *)old->pos - (const char *)old));
-	pg->flags = old->flags & KV_PAGE_ROT;
+	memcpy(pg->k, old->k, old->bytes - sizeof *old);
+	pg->flags = old->flags & (KV_PAGE_ROT | KV_PAGE_WIDE);
 	kv_pool_set_used(s->pool, pg, old->n_used);
 	st->pages[i] = pg;
 	kv_page_unref(s->pool, old);

@@ -77,6 +77,7 @@ void kv_seq_clear(struct kv_seq *s)
 		st->n_small = 0;
 		st->small_slots = 0;
 		st->hot_fmt = (uint8_t)kv_pool_fmt(s->pool);
+		st->wide = false;
 		memset(st->centroid, 0, s->head_dim * sizeof(float));
 	}
 	s->n_pos = 0;
@@ -115,7 +116,39 @@ void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, fl
  * pages may hold rotated from before). */
 static int is_hot(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT);
+	return pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT) && kv_stream_takes(st, pg);
+}
+
+struct kv_page *kv_stream_new_page(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
+				   int *why)
+{
+	return kv_pool_get_width(s->pool, s->head_dim, fmt, cap, st->wide, why);
+}
+
+/* Free slots and the tail of st's hot pages, counted again (after the hot
+ * format or the width changed). */
+static void recount_hot(struct kv_stream *st)
+{
+	st->hot_free = 0;
+	st->tail = KV_NO_PAGE;
+	for (uint32_t i = 0; i < st->n_pages; i++)
+		if (is_hot(st, st->pages[i]))
+			st->hot_free += st->pages[i]->cap - st->pages[i]->n_used;
+}
+
+/* Whether n_new more positions from s->n_pos need wide pages. */
+static bool needs_wide(const struct kv_seq *s, uint32_t n_new)
+{
+	return (int64_t)s->n_pos + n_new > KV_POS16_LIMIT;
+}
+
+/* Every stream of s takes wide pages from now on. */
+static void go_wide(struct kv_seq *s)
+{
+	for (size_t i = 0; i < (size_t)s->n_layer * s->n_kv_head; i++) {
+		s->streams[i].wide = true;
+		recount_hot(&s->streams[i]);
+	}
 }
 
 void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt)
@@ -123,11 +156,7 @@ void kv_stream_set_hot_fmt(struct kv_stream *st, uint32_t fmt)
 	if (st->hot_fmt == fmt)
 		return;
 	st->hot_fmt = (uint8_t)fmt;
-	st->hot_free = 0;
-	st->tail = KV_NO_PAGE;
-	for (uint32_t i = 0; i < st->n_pages; i++)
-		if (is_hot(st, st->pages[i]))
-			st->hot_free += st->pages[i]->cap - st->pages[i]->n_used;
+	recount_hot(st);
 }
 
 int kv_stream_grow(struct kv_seq *s, struct kv_stream *st, uint32_t want)
@@ -178,8 +207,7 @@ void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, u
 
 	if (j != last) {
 		kv_tier_move(pg->fmt, pg->k, pg->v, pg->cap, pg->head_dim, j, last);
-		pg->pos[j] = pg->pos[last];
-		pg->score[j] = pg->score[last];
+		kv_slot_copy(pg, j, pg, last, 1);
 	}
 	kv_stream_set_used(s, st, pg, last);
 	if (is_hot(st, pg) && st->tail == KV_NO_PAGE)
@@ -231,12 +259,13 @@ uint32_t kv_stream_tail_cap(const struct kv_seq *s, const struct kv_stream *st, 
 static void grow_plan(const struct kv_seq *s, const struct kv_stream *st, uint32_t n_new, uint32_t *n_full,
 		      uint32_t *tail)
 {
-	uint32_t r;
+	/* going wide leaves no hot room: the narrow pages take nothing more */
+	uint32_t r, room = !st->wide && needs_wide(s, n_new) ? 0 : st->hot_free;
 
 	*n_full = *tail = 0;
-	if (n_new <= st->hot_free)
+	if (n_new <= room)
 		return;
-	r = n_new - st->hot_free;
+	r = n_new - room;
 	*n_full = r / st->page_tokens;
 	r %= st->page_tokens;
 	if (r)
@@ -251,10 +280,12 @@ size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new)
 		const struct kv_stream *st = &s->streams[i];
 		uint32_t n_full, tail;
 
+		bool wide = st->wide || needs_wide(s, n_new);
+
 		grow_plan(s, st, n_new, &n_full, &tail);
-		bytes += n_full * kv_page_bytes(st->page_tokens, s->head_dim, st->hot_fmt);
+		bytes += n_full * kv_page_bytes_width(st->page_tokens, s->head_dim, st->hot_fmt, wide);
 		if (tail)
-			bytes += kv_page_bytes(tail, s->head_dim, st->hot_fmt);
+			bytes += kv_page_bytes_width(tail, s->head_dim, st->hot_fmt, wide);
 	}
 	return bytes;
 }
@@ -314,6 +345,10 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 		return TKV_OK;
 	if (!kv_pool_can_fit(s->pool, need_bytes))
 		return budget_full(s, n_new, need_bytes, err);
+	/* irreversible, and harmless if the pages below are refused: the
+	 * narrow pages stay readable, only new slots go elsewhere */
+	if (!s->streams[0].wide && needs_wide(s, n_new))
+		go_wide(s);
 	added = tkv_calloc(s->alloc, n_streams, sizeof *added);
 	if (!added)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory reserving KV pages");
@@ -325,7 +360,7 @@ int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err)
 		grow_plan(s, st, n_new, &n_full, &tail);
 		for (; added[i] < n_full + (tail != 0); added[i]++) {
 			uint32_t cap = added[i] < n_full ? st->page_tokens : tail;
-			struct kv_page *pg = kv_pool_get(s->pool, s->head_dim, st->hot_fmt, cap, &why);
+			struct kv_page *pg = kv_stream_new_page(s, st, st->hot_fmt, cap, &why);
 
 			if (!pg)
 				break;
@@ -372,7 +407,7 @@ struct kv_page *kv_stream_hot_page(struct kv_seq *s, struct kv_stream *st, uint3
 	if (pg)
 		return pg;
 	cap = need < st->page_tokens ? kv_stream_tail_cap(s, st, st->hot_fmt, need, st->page_tokens) : st->page_tokens;
-	if (!(pg = kv_pool_get(s->pool, s->head_dim, st->hot_fmt, cap, &why)))
+	if (!(pg = kv_stream_new_page(s, st, st->hot_fmt, cap, &why)))
 		return NULL;
 	if (kv_stream_add_page(s, st, pg)) {
 		kv_pool_put(s->pool, pg);
@@ -412,14 +447,12 @@ void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d)
  * fill; NULL with *why set when the pool refuses. */
 static struct kv_page *page_copy(struct kv_pool *p, const struct kv_page *src, int *why)
 {
-	struct kv_page *pg = kv_pool_get(p, src->head_dim, src->fmt, src->cap, why);
+	struct kv_page *pg = kv_pool_get_width(p, src->head_dim, src->fmt, src->cap, kv_page_wide(src), why);
 
 	if (!pg)
 		return NULL;
-	memcpy(pg->pos, src->pos, (size_t)src->cap * sizeof *pg->pos);
-	memcpy(pg->score, src->score, (size_t)src->cap * sizeof *pg->score);
-	memcpy(pg->k, src->k, kv_tier_k_bytes(src->fmt, src->cap, src->head_dim));
-	memcpy(pg->v, src->v, kv_tier_v_bytes(src->fmt, src->cap, src->head_dim));
+	/* same shape, same layout: everything after the header */
+	memcpy(pg->k, src->k, src->bytes - sizeof *src);
 	pg->flags = src->flags & (uint8_t)~KV_PAGE_FROZEN;
 	kv_pool_set_used(p, pg, src->n_used);
 	return pg;
@@ -441,6 +474,7 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 
 		b->budget = a->budget;
 		b->hot_fmt = a->hot_fmt;
+		b->wide = a->wide;
 		b->page_tokens = a->page_tokens;
 		b->low_cap = a->low_cap;
 		b->n_small = a->n_small;

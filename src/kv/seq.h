@@ -33,6 +33,8 @@ struct kv_stream {
 	uint32_t page_tokens;    /* slots of its full-size hot pages (the layer plan) */
 	uint8_t hot_fmt;         /* the format new tokens are stored in: the pool's full
 				  * precision, or q8 under a tight budget (policy.h) */
+	bool wide;               /* its sequence passed KV_POS16_LIMIT positions: new
+				  * pages are wide, and only wide ones take slots */
 	uint32_t low_cap;        /* slots of its full-size warm and cold pages */
 	uint32_t ref_tail;       /* a shared-slot (KV_FMT_REF) page that may have room, or KV_NO_PAGE */
 	uint32_t n_small;        /* private pages under full size (since the last compaction, */
@@ -108,7 +110,9 @@ size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new);
 
 /* Makes room for n_new more tokens in every stream (dynamic chunking: whole
  * pages of the stream's page_tokens for the bulk, and for the rest one page
- * sized by kv_stream_tail_cap), all or nothing: on
+ * sized by kv_stream_tail_cap), all or nothing. When the new positions pass
+ * KV_POS16_LIMIT, every stream goes wide first (its narrow pages keep what
+ * they hold and take nothing more). On
  * TKV_ERR_KV_FULL (budget) or TKV_ERR_NOMEM nothing changes and err says how
  * many bytes were needed against what the budget had left. */
 int kv_seq_reserve(struct kv_seq *s, uint32_t n_new, struct tkv_error *err);
@@ -120,6 +124,17 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
 /* Counts a key appended to a stream into its running mean (the centroid
  * semantic priorities compare keys with). */
 void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d);
+
+/* Whether page pg of stream st may take more slots (any position the
+ * stream holds): a wide page, or any page before the stream went wide. */
+static inline bool kv_stream_takes(const struct kv_stream *st, const struct kv_page *pg)
+{
+	return !st->wide || kv_page_wide(pg);
+}
+/* A new empty page for stream st (narrow or wide as the stream is); NULL
+ * with *why set when the pool refuses. Ownership: the caller's until added. */
+struct kv_page *kv_stream_new_page(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
+				   int *why);
 
 /* Page bookkeeping for the policy, keeping n_tokens, hot_free, tail and
  * kv_bytes exact: */

@@ -33,17 +33,19 @@ static struct kv_page *ref_page(struct kv_seq *s, struct kv_stream *st)
 
 	if (st->ref_tail < st->n_pages) {
 		pg = st->pages[st->ref_tail];
-		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN))
+		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN) &&
+		    kv_stream_takes(st, pg))
 			return pg;
 	}
 	for (uint32_t i = 0; i < st->n_pages; i++) {
 		pg = st->pages[i];
-		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN)) {
+		if (pg->fmt == KV_FMT_REF && pg->n_used < pg->cap && !(pg->flags & KV_PAGE_FROZEN) &&
+		    kv_stream_takes(st, pg)) {
 			st->ref_tail = i;
 			return pg;
 		}
 	}
-	if (!(pg = kv_pool_get(s->pool, s->head_dim, KV_FMT_REF, st->low_cap, &why)))
+	if (!(pg = kv_stream_new_page(s, st, KV_FMT_REF, st->low_cap, &why)))
 		return NULL;
 	if (kv_stream_add_page(s, st, pg)) {
 		kv_pool_put(s->pool, pg);
@@ -79,9 +81,12 @@ void kv_stream_pos_map(const struct kv_stream *src, uint32_t *map, int32_t n_pos
 	for (uint32_t p = 0; p < src->n_pages; p++) {
 		const struct kv_page *pg = src->pages[p];
 
-		for (uint32_t j = 0; j < pg->n_used; j++)
-			if (pg->pos[j] >= 0 && pg->pos[j] < n_pos)
-				map[pg->pos[j]] = p << 12 | j;
+		for (uint32_t j = 0; j < pg->n_used; j++) {
+			int32_t pos = kv_slot_pos(pg, j);
+
+			if (pos >= 0 && pos < n_pos)
+				map[pos] = p << 12 | j;
+		}
 	}
 }
 

@@ -289,7 +289,9 @@ int kv_store_decode(const struct kv_store_geom *g, uint32_t c, const uint8_t *bu
 
 	for (size_t i = 0; i < n_streams; i++, reg += kb + vb) {
 		int why = TKV_ERR_NOMEM;
-		struct kv_page *pg = kv_pool_get(pool, g->head_dim, g->fmt, g->P, &why);
+		/* a chunk's positions: c * P .. c * P + P - 1 */
+		bool wide = (uint64_t)(c + 1) * g->P > KV_POS16_LIMIT;
+		struct kv_page *pg = kv_pool_get_width(pool, g->head_dim, g->fmt, g->P, wide, &why);
 
 		if (!pg) {
 			while (i > 0)
@@ -299,10 +301,10 @@ int kv_store_decode(const struct kv_store_geom *g, uint32_t c, const uint8_t *bu
 		memcpy(pg->k, reg, kt);
 		memcpy(pg->v, reg + kb, vt);
 		for (uint32_t j = 0; j < g->P; j++) {
-			pg->pos[j] = (int32_t)(c * g->P + j);
-			pg->score[j] = 0;
+			kv_slot_set_pos(pg, j, (int32_t)(c * g->P + j));
+			kv_slot_set_score(pg, j, 0.0f);
 		}
-		pg->flags = KV_PAGE_FROZEN;
+		pg->flags |= KV_PAGE_FROZEN;
 		kv_pool_set_used(pool, pg, g->P);
 		pages[i] = pg;
 	}
