@@ -72,10 +72,11 @@ static int is_hot(const struct kv_seq *s, const struct kv_page *pg)
 	return pg->fmt == kv_pool_fmt(s->pool);
 }
 
-/* A page new tokens of st may go into (hot_free, tail: seq.h). */
+/* A page new tokens of st may go into (hot_free, tail: seq.h): once the
+ * stream is wide, only wide pages. */
 static int takes_new(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT);
+	return pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT) && (!st->wide || kv_page_wide(pg));
 }
 
 /* Every slot of every full-precision page holds what append_token put there,
@@ -1483,6 +1484,152 @@ static void test_stream_compact_nomem(void **state)
 	assert_true(n_nomem > 0);
 }
 
+/* ---- slot metadata ------------------------------------------------------------- */
+
+/* Score codes: 0 and what is below 2^-32 (negatives, NaN) give 0; within
+ * [2^-32, 2^32) a code is within 2^-11 of the value (relative); codes are
+ * monotonic and every code decodes and encodes to itself; 2^32 and more
+ * (infinity too) give the largest code. */
+static void test_score_codes(void **state)
+{
+	float prev = -1.0f;
+
+	(void)state;
+	assert_int_equal(kv_score_enc(0.0f), 0);
+	assert_int_equal(kv_score_enc(-1.0f), 0);
+	assert_int_equal(kv_score_enc(NAN), 0);
+	assert_int_equal(kv_score_enc(0x1p-33f), 0);
+	assert_true(kv_score_dec(0) == 0.0f);
+	assert_int_equal(kv_score_enc(INFINITY), UINT16_MAX);
+	assert_int_equal(kv_score_enc(0x1p32f), UINT16_MAX);
+	assert_true(kv_score_dec(UINT16_MAX) < 0x1p32f && kv_score_dec(UINT16_MAX) > 0x1.ffp31f);
+	for (uint32_t c = 0; c <= UINT16_MAX; c++) {
+		float x = kv_score_dec((uint16_t)c);
+
+		assert_true(x > prev);
+		assert_int_equal(kv_score_enc(x), c);
+		prev = x;
+	}
+	tu_rng_seed(5);
+	for (int i = 0; i < 100000; i++) {
+		float x = ldexpf(tu_rng_f(1.0f, 2.0f), (int)(tu_rng_u32() % 63) - 31);
+		float y = kv_score_dec(kv_score_enc(x));
+
+		if (!(fabsf(y - x) <= 0x1p-11f * x))
+			fail_msg("score %.9g stored as %.9g", (double)x, (double)y);
+	}
+}
+
+static int demote_some(struct kv_seq *s, struct kv_stream *st, uint32_t n, uint32_t fmt, uint32_t cap, int rot);
+
+/* Positions past 16 bits: a sequence that starts 12 positions short of
+ * KV_POS16_LIMIT and grows past it. Its streams go wide when a reserve
+ * crosses the limit; narrow pages keep their slots (all below the limit) and
+ * take no new ones; every position comes back exact, after random evictions,
+ * demotions to q8/q4 pages and compactions too, and attention masks by
+ * them exactly. */
+static void test_positions_past_16_bits(void **state)
+{
+	struct tkv_alloc a = {0};
+	const uint32_t P = 4, HD = 8, T = 48;
+	const int32_t p0 = KV_POS16_LIMIT - 12;
+	struct kv_pool *pool = tu_kv_pool(0, P, KV_FMT_F16, &a);
+	struct kv_seq *s = tu_kv_seq(pool, 1, 2, HD, &a);
+	struct kv_stream *st = &s->streams[0];
+	static unsigned char live[64];
+	struct tkv_error err = {0};
+	uint32_t n = 0;
+
+	(void)state;
+	tu_rng_seed(8);
+	memset(live, 0, sizeof live);
+	s->n_pos = p0;
+	while (n < T) {
+		uint32_t k = 1 + tu_rng_u32() % 5;
+
+		k = k < T - n ? k : T - n;
+		assert_int_equal(kv_seq_reserve(s, k, &err), TKV_OK);
+		/* wide from the reserve whose positions pass the limit on */
+		assert_true(st->wide == (p0 + (int32_t)(n + k) > KV_POS16_LIMIT));
+		for (uint32_t t = 0; t < k; t++, n++) {
+			append_token(s, 1, p0 + (int32_t)n);
+			live[n] = 1;
+		}
+		s->n_pos = p0 + (int32_t)n;
+		if (tu_rng_u32() % 2 && st->n_tokens > 4) { /* evict one slot of stream 0 */
+			uint32_t p = tu_rng_u32() % st->n_pages, j;
+
+			if (st->pages[p]->n_used) {
+				j = tu_rng_u32() % st->pages[p]->n_used;
+				live[kv_slot_pos(st->pages[p], j) - p0] = 0;
+				remove_and_check(s, st, p, j);
+			}
+		}
+		if (tu_rng_u32() % 2)
+			assert_int_equal(demote_some(s, st, 1 + tu_rng_u32() % 6, LOW_FMTS[tu_rng_u32() % 2], 8, 0),
+					 TKV_OK);
+		if (tu_rng_u32() % 3 == 0)
+			assert_int_equal(kv_stream_compact(s, st), TKV_OK);
+		kv_stream_drop_empty(s, st);
+		{
+			struct kv_seq *seqs[1] = { s };
+
+			check_acct(pool, seqs, 1, NULL, 0);
+		}
+	}
+	assert_true(st->wide && s->streams[1].wide);
+	/* stream 0: each live position once, exact; narrow pages below the limit */
+	{
+		static unsigned char seen[64];
+		uint32_t n_wide = 0, n_narrow = 0;
+
+		memset(seen, 0, sizeof seen);
+		for (uint32_t p = 0; p < st->n_pages; p++) {
+			const struct kv_page *pg = st->pages[p];
+
+			n_wide += kv_page_wide(pg);
+			n_narrow += !kv_page_wide(pg);
+			for (uint32_t j = 0; j < pg->n_used; j++) {
+				int32_t pos = kv_slot_pos(pg, j);
+
+				assert_true(pos >= p0 && pos < p0 + (int32_t)T && !seen[pos - p0]);
+				assert_true(kv_page_wide(pg) || pos < KV_POS16_LIMIT);
+				seen[pos - p0] = 1;
+			}
+		}
+		for (uint32_t t = 0; t < T; t++)
+			if (seen[t] != live[t])
+				fail_msg("position %d %s", p0 + (int32_t)t, seen[t] ? "cached but evicted" : "missing");
+		assert_true(n_wide > 0);
+	}
+	/* stream 1 (no evictions): every slot after qpos gets no weight */
+	{
+		struct kv_stream *s1 = &s->streams[1];
+		float q[8], out[8], logit[64], qrot[8], orot[8], att[64];
+		int32_t qpos = KV_POS16_LIMIT + 3;
+		uint32_t off = 0;
+		struct kv_attn_args at = {
+			.q = q, .nq = 1, .qpos = qpos, .scale = 1.0f / sqrtf((float)HD), .skip = 0.0f,
+			.logit = logit, .qrot = qrot, .orot = orot, .att = att, .out = out,
+		};
+
+		assert_true(s1->n_tokens <= 64);
+		for (uint32_t i = 0; i < HD; i++)
+			q[i] = tu_rng_f(-0.1f, 0.1f);
+		kv_attn(s1, HD, &at);
+		for (uint32_t p = 0; p < s1->n_pages; p++)
+			for (uint32_t j = 0; j < s1->pages[p]->n_used; j++, off++) {
+				int32_t pos = kv_slot_pos(s1->pages[p], j);
+
+				if (pos > qpos ? att[off] != 0.0f : !(att[off] > 0.0f))
+					fail_msg("position %d (query at %d): weight %g", pos, qpos, (double)att[off]);
+			}
+	}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
 /* ---- random accounting ---------------------------------------------------------- */
 
 struct model_seq {
@@ -1910,6 +2057,8 @@ int main(void)
 		cmocka_unit_test(test_hot_q8_skips_rotated),
 		cmocka_unit_test(test_stream_compact),
 		cmocka_unit_test(test_stream_compact_nomem),
+		cmocka_unit_test(test_score_codes),
+		cmocka_unit_test(test_positions_past_16_bits),
 		cmocka_unit_test(test_random_accounting_f16),
 		cmocka_unit_test(test_random_accounting_f32),
 		cmocka_unit_test(test_random_accounting_tight),

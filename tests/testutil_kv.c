@@ -43,7 +43,7 @@ struct kv_page *tu_kv_add_page(struct kv_seq *s, struct kv_stream *st, uint32_t 
 	struct kv_page *pg;
 
 	assert_true(n <= cap && cap <= 64 && d <= 64);
-	pg = kv_pool_get(s->pool, d, fmt, cap, why);
+	pg = kv_stream_new_page(s, st, fmt, cap, why);
 	if (!pg)
 		return NULL;
 	memcpy(Kr, K, (size_t)n * d * sizeof(float));

@@ -302,6 +302,7 @@ struct eval_row {
 	size_t share;             /* index of its sharing setting in eval_opts */
 	char plan_chosen[EVAL_PLAN_NAME]; /* the plan applied on the last text (auto: as chosen) */
 	double alloc_end, used_end;      /* sums over texts of page bytes and their filled share at the end */
+	double kv_end;                   /* ... and of the K+V bytes then */
 	uint64_t compact_slots, compact_ns;
 	struct evm_acc acc;       /* teacher-forced positions against the reference */
 	double kv_peak, kv_full;  /* sums over texts (bytes) */
@@ -420,6 +421,7 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		tkv_kv_layer_plan_str(&q.plan, row->plan_chosen, sizeof row->plan_chosen);
 		row->alloc_end += (double)q.end.allocated;
 		row->used_end += (double)q.end.used;
+		row->kv_end += (double)q.end.kv_bytes;
 		row->compact_slots += q.end.compact_slots;
 		row->compact_ns += q.end.compact_ns;
 		evm_acc_merge(&row->acc, &q.acc);
@@ -703,6 +705,7 @@ static int write_json(const char *path, const struct eval_opts *o, const struct 
 		jnum(f, "pages_skipped", (double)r->pages_skipped);
 		jnum(f, "alloc_end_bytes", r->n_texts ? r->alloc_end / (double)r->n_texts : NAN);
 		jnum(f, "frag_pct", v.frag);
+		jnum(f, "pool_kv_ratio", r->kv_end > 0 ? r->alloc_end / r->kv_end : NAN);
 		jnum(f, "compact_slots", (double)r->compact_slots);
 		jnum(f, "compact_ms", (double)r->compact_ns / 1e6);
 		jnum(f, "seconds", r->seconds);

@@ -317,9 +317,10 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 		cli_fmt_bytes(b1, sizeof b1, (double)ks->allocated),
 		ks->allocated ? 100.0 * (double)(ks->allocated - ks->used) / (double)ks->allocated : 0.0,
 		cli_fmt_bytes(b2, sizeof b2, (double)ks->peak_allocated));
-	fprintf(f, "tierkv:   metadata %s (positions, scores, page headers), compaction: %llu runs moved %llu slots "
-		"(%s of K+V) in %.2f ms and returned %s\n",
-		cli_fmt_bytes(b1, sizeof b1, (double)(ks->used - ks->kv_bytes)), (unsigned long long)ks->compactions,
+	fprintf(f, "tierkv:   metadata %s (positions, scores, page headers), pool / K+V %.3f, compaction: %llu runs "
+		"moved %llu slots (%s of K+V) in %.2f ms and returned %s\n",
+		cli_fmt_bytes(b1, sizeof b1, (double)(ks->used - ks->kv_bytes)),
+		ks->kv_bytes ? (double)ks->allocated / (double)ks->kv_bytes : 0.0, (unsigned long long)ks->compactions,
 		(unsigned long long)ks->compact_slots, cli_fmt_bytes(b2, sizeof b2, (double)ks->compact_bytes),
 		(double)ks->compact_ns / 1e6, cli_fmt_bytes(b3, sizeof b3, (double)ks->compact_freed));
 	fprintf(f, "tierkv:   evicted %llu, demoted %llu, merged %llu, governor runs %llu (caps raised %llu), "
