@@ -452,12 +452,13 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 	struct tkv_engine *e = s->e;
 	uint32_t n_vocab = e->model->info.n_vocab;
 	size_t done = 0;
+	uint32_t most = e->params.n_batch; /* the largest chunk: halved when the pool refuses one */
 	int st;
 
 	if ((st = check_tokens(e, s, ids, n, err)))
 		return st;
 	while (done < n) {
-		uint32_t c = (uint32_t)(n - done < e->params.n_batch ? n - done : e->params.n_batch);
+		uint32_t c = (uint32_t)(n - done < most ? n - done : most);
 		size_t pool = kv_pool_budget(e->pool);
 		bool last;
 		struct kv_seg seg;
@@ -473,8 +474,14 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 
 		if ((st = gov_make_room(e, need_bytes(s, c))))
 			return tkv_errf(err, st, "out of memory while making room in the KV cache");
-		if ((st = kv_seq_reserve(s->kv, c, err)))
+		if ((st = kv_seq_reserve(s->kv, c, err))) {
+			/* refused (nothing changed): in halves, the policy evicts between them */
+			if (st == TKV_ERR_KV_FULL && pool && c > 1) {
+				most = (c + 1) / 2;
+				continue;
+			}
 			return st;
+		}
 		if (logits && all_logits) {
 			for (uint32_t i = 0; i < c; i++)
 				e->scratch.rows[i] = i;
