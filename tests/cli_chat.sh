@@ -55,6 +55,23 @@ chat_run "$tmp/full.txt" --kv-policy full --kv-mem 200K -n 200 --ignore-eos
 has "$tmp/err" "budget exhausted.*the conversation starts over" "policy full, cache full"
 [ "$(grep -c '^\[turn' "$tmp/err")" -eq 3 ] && ok || bad "policy full: $(grep -c '^\[turn' "$tmp/err") turns, want 3"
 
+# forced templates: the second turn feeds only the turn end and the new turn
+# (also where the template rewrites its history: Mistral Nemo writes the
+# system text into the newest user turn); tierkv tokenize counts the tokens
+n_tokens() { "$bin" tokenize -m "$model" --ids --no-bos -f "$1" | tr ',' '\n' | grep -c '[0-9]'; }
+printf 'Hi\nMore\n' >"$tmp/two.txt"
+for fam in gemma llama-3 mistral-nemo phi-3; do
+	case $fam in
+	gemma) printf '<end_of_turn>\n<start_of_turn>user\nMore<end_of_turn>\n<start_of_turn>model\n' ;;
+	llama-3) printf '<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nMore<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n' ;;
+	mistral-nemo) printf '</s>[INST]Be brief.\n\nMore[/INST]' ;;
+	phi-3) printf '<|end|>\n<|user|>\nMore<|end|>\n<|assistant|>\n' ;;
+	esac >"$tmp/delta.txt"
+	chat_run "$tmp/two.txt" --chat-template $fam -sys "Be brief." -n 12
+	want=$(n_tokens "$tmp/delta.txt")
+	has "$tmp/err" "\[turn 2: fed $want new tokens" "--chat-template $fam, turn 2 (want $want)"
+done
+
 # empty input: exit 0 at once; usage errors
 chat_run /dev/null
 [ "$got" -eq 0 ] && ok || bad "empty input: exit $got"
