@@ -71,6 +71,20 @@ class Chat:
                     raise EOFError("output ended without /%s/: ...%r" % (pattern, self.out[-600:]))
                 self.out += data.decode("utf-8", "replace")
 
+    def read_chars(self, n, start, timeout=120):
+        """Reads until n characters have come after start."""
+        end = time.time() + timeout
+        while len(self.out) - start < n:
+            left = end - time.time()
+            if left <= 0:
+                raise TimeoutError("%d characters, not %d, in %d s" % (len(self.out) - start, n, timeout))
+            r, _, _ = select.select([self.fd], [], [], left)
+            if r:
+                data = os.read(self.fd, 65536)
+                if not data:
+                    raise EOFError("output ended after %d characters" % (len(self.out) - start))
+                self.out += data.decode("utf-8", "replace")
+
     def prompt(self):
         """Waits for the next "> " prompt after what was read so far."""
         return self.read_until(r"(^|\n)> $", start=max(0, len(self.out) - 4))
@@ -125,7 +139,7 @@ def to_bytes(s):
 def stop_reply(chat, min_chars):
     """Lets the reply run to min_chars of output, then Ctrl-C; the turn's summary."""
     mark = len(chat.out)
-    chat.read_until(r"[\s\S]{%d}" % min_chars, start=mark)
+    chat.read_chars(min_chars, mark)
     chat.send("\x03")
     chat.read_until(r"\[reply stopped\]", start=mark)
     m = chat.read_until(r"\[turn \d+: fed (\d+) new tokens, reused (\d+) cached positions, generated (\d+)\]",
@@ -143,9 +157,10 @@ def plain_session():
     check(fed1 == n_tokens("User: Hello there\nAssistant:", True), "turn 1 fed %d tokens" % fed1)
     check(reused1 == 0 and gen1 > 0, "turn 1: reused %d, generated %d" % (reused1, gen1))
 
-    # the second reply runs past the model's 512-token context
+    # the second reply runs past the model's 512-token context (about 4
+    # characters a token)
     chat.send("Tell me more\n")
-    fed2, reused2, gen2 = stop_reply(chat, 4000)
+    fed2, reused2, gen2 = stop_reply(chat, 2500)
     check(fed2 == n_tokens("\nUser: Tell me more\nAssistant:", False), "turn 2 fed %d tokens" % fed2)
     check(reused2 == fed1 + gen1, "turn 2 reused %d of %d positions" % (reused2, fed1 + gen1))
     s = stats(chat)
