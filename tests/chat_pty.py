@@ -47,7 +47,7 @@ class Chat:
             os.execv(BIN, [BIN, "chat", "-m", MODEL] + args)
         self.out = ""
 
-    def read_until(self, pattern, timeout=30, start=None):
+    def read_until(self, pattern, timeout=120, start=None):
         """Reads until pattern matches the output from start (default: all); the match."""
         rx = re.compile(pattern)
         end = time.time() + timeout
