@@ -340,6 +340,21 @@ int tkv_seq_fork(struct tkv_seq **out, const struct tkv_seq *src, struct tkv_err
 uint32_t tkv_seq_n_past(const struct tkv_seq *s);
 /* This sequence's cache: same fields as the engine's, for one sequence. */
 void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out);
+/* One layer's share of a cache: K+V bytes (quantization parameters included)
+ * and token slots per tier (hot, warm, cold), summed over the layer's KV
+ * heads, and its cross-layer shared slots (in no tier). */
+struct tkv_kv_layer_stats {
+	size_t tier_bytes[3];
+	size_t tier_tokens[3];   /* slots: divide by n_kv_head for tokens per head */
+	size_t shared_bytes;
+	size_t shared_tokens;
+};
+/* This sequence's figures per layer into out[0, min(n, n_layer)) (the
+ * caller's); returns the model's n_layer. */
+uint32_t tkv_seq_kv_layer_stats(const struct tkv_seq *s, struct tkv_kv_layer_stats *out, uint32_t n);
+/* The same summed over the engine's live sequences. Like every engine call,
+ * from the thread that drives the engine. */
+uint32_t tkv_engine_kv_layer_stats(struct tkv_engine *e, struct tkv_kv_layer_stats *out, uint32_t n);
 /* The layer plan in effect for this sequence (see struct tkv_kv_layer_plan):
  * mode as requested; n_layer, page_tokens and weight as applied (uniform
  * values while an AUTO plan is pending). */

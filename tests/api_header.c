@@ -31,6 +31,7 @@ int main(void)
 	LAYOUT(tkv_kv_layer_plan);
 	LAYOUT(tkv_engine_params);
 	LAYOUT(tkv_kv_stats);
+	LAYOUT(tkv_kv_layer_stats);
 	LAYOUT(tkv_batch_item);
 	LAYOUT(tkv_weight_span);
 	LAYOUT(tkv_detok);

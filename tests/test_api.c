@@ -2,7 +2,8 @@
  * library's internals (include/tierkv.h, src/engine/model_api.c): allocator
  * statistics, the vocabulary of a model and of a file on its own, token to
  * piece, the streaming detokenizer across characters split over byte-fallback
- * tokens, end of generation, metadata, weight spans and the sampler. */
+ * tokens, end of generation, metadata, weight spans, the sampler and the
+ * cache's figures per layer. */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -283,6 +284,76 @@ static void test_sampler(void **state)
 	tkv_alloc_free(a);
 }
 
+/* Per-layer figures: each sequence's layers add up to its own tier totals, the
+ * engine's layers to the sum over its sequences; a short out array gets only
+ * its entries. Under a small --kv-mem so that every tier holds something. */
+static void test_layer_stats(void **state)
+{
+	struct tkv_model *m = load(NULL);
+	struct tkv_engine_params ep = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s[2] = { NULL, NULL };
+	struct tkv_error err = { 0 };
+	struct tkv_model_info in;
+	struct tkv_kv_layer_stats ls[2][8], el[8], sum[8], guard[3];
+	struct tkv_kv_stats ks;
+	int32_t ids[400];
+	size_t n = 0;
+	const char *text = "Once upon a time, there was a little girl named Lily. She loved to play outside "
+			   "in the park with her friends. One day, she saw a big red ball under a tree. ";
+
+	(void)state;
+	tkv_model_get_info(m, &in);
+	assert_true(in.n_layer <= 8);
+	ep.n_threads = 1;
+	ep.kv_mem = tkv_model_kv_bytes_per_token(m) * 480 * 35 / 100;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	while (n + 64 < sizeof ids / sizeof ids[0])
+		n += encode(tkv_model_vocab(m), text, ids + n, sizeof ids / sizeof ids[0] - n);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(tkv_seq_init(&s[k], e, &err), TKV_OK);
+		assert_int_equal(tkv_seq_decode(s[k], ids, n - (size_t)k * 40, NULL, 0, &err), TKV_OK);
+	}
+	memset(sum, 0, sizeof sum);
+	for (int k = 0; k < 2; k++) {
+		size_t want[3] = { 0, 0, 0 }, want_tok[3] = { 0, 0, 0 };
+
+		assert_int_equal(tkv_seq_kv_layer_stats(s[k], ls[k], 8), in.n_layer);
+		tkv_seq_kv_stats(s[k], &ks);
+		for (uint32_t l = 0; l < in.n_layer; l++)
+			for (int t = 0; t < 3; t++) {
+				want[t] += ls[k][l].tier_bytes[t];
+				want_tok[t] += ls[k][l].tier_tokens[t];
+				sum[l].tier_bytes[t] += ls[k][l].tier_bytes[t];
+				sum[l].tier_tokens[t] += ls[k][l].tier_tokens[t];
+			}
+		for (int t = 0; t < 3; t++) {
+			assert_int_equal(want[t], ks.tier_bytes[t]);
+			assert_int_equal(want_tok[t], ks.tier_tokens[t]);
+		}
+		/* the governor ran: lower tiers hold tokens (a tight cap may store even the window at 8 bits) */
+		assert_true(ks.gov_runs > 0 && ks.tier_bytes[1] + ks.tier_bytes[2] > 0);
+	}
+	assert_int_equal(tkv_engine_kv_layer_stats(e, el, 8), in.n_layer);
+	for (uint32_t l = 0; l < in.n_layer; l++)
+		for (int t = 0; t < 3; t++) {
+			assert_int_equal(el[l].tier_bytes[t], sum[l].tier_bytes[t]);
+			assert_int_equal(el[l].tier_tokens[t], sum[l].tier_tokens[t]);
+		}
+	/* n = 2 of 5 layers: two entries written, the third left alone */
+	memset(guard, 0xab, sizeof guard);
+	assert_int_equal(tkv_engine_kv_layer_stats(e, guard, 2), in.n_layer);
+	assert_memory_equal(&guard[0], &el[0], 2 * sizeof guard[0]);
+	assert_int_equal(guard[2].tier_bytes[0], (size_t)0xabababababababab);
+	tkv_seq_free(s[0]);
+	tkv_seq_free(s[1]);
+	assert_int_equal(tkv_engine_kv_layer_stats(e, el, 8), in.n_layer);
+	for (uint32_t l = 0; l < in.n_layer; l++)
+		assert_int_equal(el[l].tier_bytes[0] + el[l].tier_bytes[1] + el[l].tier_bytes[2], 0);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -293,6 +364,7 @@ int main(void)
 		cmocka_unit_test(test_detok_flush_and_room),
 		cmocka_unit_test(test_metadata_and_weights),
 		cmocka_unit_test(test_sampler),
+		cmocka_unit_test(test_layer_stats),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
