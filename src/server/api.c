@@ -507,7 +507,7 @@ out:
  * fails, jansson 2.14 drops an object key from the output and goes on, so the
  * text is measured with json_dumpb and written into a buffer of that size,
  * from jansson's allocator (malloc unless changed; released with free()). */
-static char *dump(json_t *j)
+char *srv_api_dump(json_t *j)
 {
 	json_malloc_t jmalloc;
 	json_free_t jfree;
@@ -532,7 +532,7 @@ static char *dump(json_t *j)
 
 char *srv_api_error_json(const struct srv_err *e)
 {
-	return dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->msg, "type",
+	return srv_api_dump(json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->msg, "type",
 			      e->type ? e->type : "server_error", "param", e->param[0] ? e->param : NULL, "code",
 			      e->code));
 }
@@ -554,7 +554,7 @@ char *srv_api_response_json(enum srv_kind kind, const char *id, long created, co
 	else
 		choice = json_pack("{s:s%, s:i, s:n, s:s}", "text", text ? text : "", len, "index", 0, "logprobs",
 				   "finish_reason", finish);
-	return dump(json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", id, "object",
+	return srv_api_dump(json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", id, "object",
 			      kind == SRV_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)created,
 			      "model", model, "choices", choice, "usage", usage_obj(u)));
 }
@@ -580,7 +580,7 @@ char *srv_api_chunk_json(enum srv_kind kind, const char *id, long created, const
 		choice = json_pack("{s:s%, s:i, s:n, s:s?}", "text", text ? text : "", text ? len : 0, "index", 0,
 				   "logprobs", "finish_reason", finish);
 	}
-	return dump(json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object",
+	return srv_api_dump(json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object",
 			      kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
 			      (json_int_t)created, "model", model, "choices", choice));
 }
@@ -588,13 +588,13 @@ char *srv_api_chunk_json(enum srv_kind kind, const char *id, long created, const
 char *srv_api_usage_chunk_json(enum srv_kind kind, const char *id, long created, const char *model,
 			       const struct srv_usage *u)
 {
-	return dump(json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", id, "object",
+	return srv_api_dump(json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", id, "object",
 			      kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion", "created",
 			      (json_int_t)created, "model", model, "choices", "usage", usage_obj(u)));
 }
 
 char *srv_api_models_json(const char *model, long created)
 {
-	return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", model, "object",
+	return srv_api_dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", model, "object",
 			      "model", "created", (json_int_t)created, "owned_by", "tierkv"));
 }

@@ -26,7 +26,7 @@
 #define WAIT_SLICE 0.1      /* seconds between checks for a closed connection */
 #define DISCARD_FACTOR 16   /* read and drop at most this x --max-body of an oversized chunked body */
 
-enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT };
+enum route { R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_CACHE, R_WEB };
 
 /* One HTTP request (MHD's con_cls). */
 struct http_conn {
@@ -79,6 +79,33 @@ static enum MHD_Result reply(struct srv *s, struct MHD_Connection *c, int code, 
 	ret = MHD_queue_response(c, (unsigned)code, resp);
 	MHD_destroy_response(resp);
 	count(s, code);
+	return ret;
+}
+
+/* One of the web page's files (compiled in: never freed). The page may load
+ * nothing from elsewhere (Content-Security-Policy), and asks for the API key
+ * itself when /v1/cache answers 401. */
+static enum MHD_Result reply_web(struct srv *s, struct MHD_Connection *c, const char *url)
+{
+	const char *ctype;
+	const struct srv_web_file *f = srv_web_find(url, &ctype);
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	if (!f)
+		return reply(s, c, 503, NULL, NULL, NULL);
+	resp = MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, "Content-Type", ctype);
+	MHD_add_response_header(resp, "Cache-Control", "no-cache");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	MHD_add_response_header(resp, "Content-Security-Policy",
+				"default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+				"frame-ancestors 'none'");
+	ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	count(s, 200);
 	return ret;
 }
 
@@ -411,6 +438,10 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 
 static enum route route_of(const char *url)
 {
+	const char *ctype;
+
+	if (srv_web_find(url, &ctype))
+		return R_WEB;
 	if (!strncmp(url, "/v1/", 4))
 		url += 3;
 	if (!strcmp(url, "/health"))
@@ -423,6 +454,8 @@ static enum route route_of(const char *url)
 		return R_COMPLETIONS;
 	if (!strcmp(url, "/chat/completions"))
 		return R_CHAT;
+	if (!strcmp(url, "/cache"))
+		return R_CACHE;
 	return R_NONE;
 }
 
@@ -441,7 +474,8 @@ static bool first_call(struct srv *s, struct MHD_Connection *c, struct http_conn
 	hc->route = route_of(url);
 	if (hc->route == R_NONE) {
 		*ret = reply_errf(s, c, 404, "invalid_request_error", "unknown_url", "unknown URL; the endpoints are "
-				  "/v1/completions, /v1/chat/completions, /v1/models, /health and /metrics");
+				  "/v1/completions, /v1/chat/completions, /v1/models, /v1/cache, /health, /metrics "
+				  "and the web page at /");
 		return true;
 	}
 	if (strcmp(method, is_post(hc->route) ? "POST" : "GET") &&
@@ -453,7 +487,7 @@ static bool first_call(struct srv *s, struct MHD_Connection *c, struct http_conn
 		*ret = reply_error(s, c, &e);
 		return true;
 	}
-	if (hc->route != R_HEALTH && !authorized(s, c)) {
+	if (hc->route != R_HEALTH && hc->route != R_WEB && !authorized(s, c)) {
 		*ret = reply_errf(s, c, 401, "invalid_request_error", "invalid_api_key",
 				  "missing or invalid API key (send 'Authorization: Bearer KEY')");
 		return true;
@@ -534,6 +568,10 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 		return reply(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", srv_metrics_text(s), NULL);
 	case R_MODELS:
 		return reply(s, c, 200, "application/json", srv_api_models_json(s->model_id, s->started), NULL);
+	case R_CACHE:
+		return reply(s, c, 200, "application/json", srv_cache_text(s), NULL);
+	case R_WEB:
+		return reply_web(s, c, url);
 	case R_COMPLETIONS:
 		return generate(s, c, hc, SRV_COMPLETION);
 	case R_CHAT:

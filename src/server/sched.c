@@ -247,6 +247,7 @@ static void finish(struct srv *s, struct srv_req *r, enum srv_finish f, const st
 	/* a session's turn ends: store the conversation so far for its next turn */
 	if (s->kvs && r->gen.session && r->seq && (f == SRV_FIN_STOP || f == SRV_FIN_LENGTH))
 		srv_kvs_save(s->kvs, r->seq, r->ctx, tkv_seq_n_past(r->seq));
+	srv_cache_request_done(s, r, r->cancelled ? "cancelled" : srv_finish_name(f));
 	release_seq(r);
 	if ((f == SRV_FIN_STOP || f == SRV_FIN_LENGTH) && publish(r, r->raw.len)) {
 		/* the end of the text cannot be published: an error, not a short text */
@@ -393,6 +394,7 @@ static int admit(struct srv *s, struct srv_req *r)
 		return -1;
 	}
 	r->n_fed = (uint32_t)reused;
+	r->reused = (uint32_t)reused;
 	r->admit_seq = ++s->admit_counter;
 	return 0;
 }
@@ -419,6 +421,8 @@ static void admit_queued(struct srv *s, bool hold)
 		}
 		live_append(s, r);
 		committed += need;
+		srv_cache_event(&s->cache, srv_now() - s->t_start, "admit", "%s admitted: %zu prompt tokens, %u from the "
+				"prefix cache", r->id, r->gen.n_prompt, r->reused);
 	}
 }
 
@@ -458,6 +462,8 @@ static void preempt(struct srv *s, struct srv_req *r)
 	live_remove(s, r);
 	release_seq(r);
 	atomic_fetch_add(&s->st.preemptions, 1);
+	srv_cache_event(&s->cache, srv_now() - s->t_start, "preempt", "%s preempted to make room (%d time%s)", r->id,
+			r->preempted + 1, r->preempted ? "s" : "");
 	if (++r->preempted > s->p.max_preempt) {
 		fail(s, r, 503, "kv_budget_exhausted",
 		     "the KV memory budget is exhausted by other requests; retry later");
@@ -545,6 +551,7 @@ static void snapshot(struct srv *s, double now, bool force)
 	s->st.kv = ks;
 	s->st.kv_time = now;
 	pthread_mutex_unlock(&s->mu);
+	srv_cache_snapshot(s, &ks, now);
 }
 
 /* One iteration after admission: batch, step, sample, publish. */

@@ -108,6 +108,11 @@ int srv_start(struct srv **out, const struct srv_params *p)
 		}
 	}
 	srv_pred_init(&s->pred, &s->info, tkv_model_kv_bytes_per_token(s->model), &s->p.ep, p->kv_expect);
+	s->t_start = srv_now();
+	if (srv_cache_init(&s->cache, s->info.n_layer, s->info.n_kv_head, (uint32_t)p->max_seqs, s->alloc)) {
+		fprintf(stderr, "tierkv serve: out of memory\n");
+		goto fail;
+	}
 	if (srv_sched_start(s)) {
 		fprintf(stderr, "tierkv serve: cannot start the scheduler\n");
 		goto fail;
@@ -146,6 +151,7 @@ void srv_stop(struct srv *s)
 	/* requests still referenced by nobody but the scheduler are gone; the rest
 	 * were answered before the daemon stopped */
 	srv_kvs_stop(s->kvs);
+	srv_cache_free(&s->cache);
 	tkv_engine_free(s->engine);
 	tkv_model_free(s->model);
 	pthread_cond_destroy(&s->sched_cv);

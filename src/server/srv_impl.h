@@ -5,6 +5,8 @@
  *   predict.c  demand predictor: expected final length and KV bytes (srv_pred_*)
  *   sched.c    request queue, admission, continuous batching loop (srv_sched_*)
  *   metrics.c  Prometheus text (srv_metrics_*)
+ *   cache.c    the live cache view behind GET /v1/cache (srv_cache_*)
+ *   web.c      the web page's files, embedded at build time (srv_web_*)
  *   http.c     libmicrohttpd daemon, routing, SSE, errors (http_*)
  *   server.c   start-up, shutdown (srv_run) */
 #ifndef TKV_SERVER_SRV_IMPL_H
@@ -106,6 +108,10 @@ char *srv_api_chunk_json(enum srv_kind kind, const char *id, long created, const
 char *srv_api_usage_chunk_json(enum srv_kind kind, const char *id, long created, const char *model,
 			       const struct srv_usage *u);
 char *srv_api_models_json(const char *model, long created);
+/* The compact text of j (taken; NULL passes through), as the functions above
+ * return theirs. */
+struct json_t;
+char *srv_api_dump(struct json_t *j);
 
 /* ---- demand predictor (predict.c) ------------------------------------------ */
 
@@ -136,6 +142,104 @@ void srv_pred_finish(struct srv_pred *p, uint32_t predicted, uint32_t actual, ui
 /* Learns the page overhead from the engine's figures. */
 void srv_pred_observe(struct srv_pred *p, const struct tkv_kv_stats *ks);
 double srv_pred_mae(const struct srv_pred *p);
+
+/* ---- the live cache view (cache.c) -------------------------------------------
+ * What GET /v1/cache shows. The scheduler thread reads the engine (it alone
+ * may) into a working view, then swaps it with the published one under
+ * srv->mu; finished sequences and events are written under srv->mu on the
+ * scheduler thread; HTTP threads read everything under srv->mu. */
+
+struct srv;
+struct srv_req;
+
+#define SRV_CACHE_RECENT 8    /* finished sequences kept */
+#define SRV_CACHE_EVENTS 64   /* events kept (the newest) */
+#define SRV_CACHE_EVENTS_JSON 40 /* ... of which GET /v1/cache returns */
+
+struct srv_cache_seq {
+	char id[40];
+	const char *state;        /* "prefill", "decode", or how it finished (static) */
+	uint32_t prompt, generated, reused;  /* tokens */
+	double t_end;             /* finished: seconds since the server started; live: 0 */
+	struct tkv_kv_stats kv;   /* tkv_seq_kv_stats */
+};
+
+struct srv_cache_event {
+	uint64_t id;              /* 1, 2, ... in order */
+	double t;                 /* seconds since the server started */
+	const char *kind;         /* static: governor, raise, evict, demote, merge, prefix, preempt, admit, finish */
+	char text[160];
+};
+
+/* One snapshot of the engine. */
+struct srv_cache_view {
+	double t;                 /* seconds since the server started */
+	struct tkv_kv_stats kv;   /* tkv_engine_kv_stats */
+	struct tkv_kv_layer_stats *layers; /* (n_layer) summed over the live sequences */
+	struct srv_cache_seq *seqs;        /* (cap) the live sequences */
+	uint32_t n_seqs, cap;
+};
+
+struct srv_cache {
+	uint32_t n_layer, n_kv_head;
+	struct tkv_alloc *a;
+	struct srv_cache_view pub, work;   /* pub: under srv->mu; work: the scheduler's */
+	bool have_pub;
+	/* under srv->mu */
+	struct srv_cache_seq recent[SRV_CACHE_RECENT]; /* ring of finished sequences */
+	uint64_t n_recent;
+	struct tkv_kv_layer_stats *last_layers;        /* (n_layer) of the last finished one */
+	char last_id[40];                              /* "" = none yet */
+	struct srv_cache_event ev[SRV_CACHE_EVENTS];   /* ring */
+	uint64_t n_ev;
+};
+
+/* What the view is of: constants of the server. */
+struct srv_cache_meta {
+	const char *model, *policy;
+	size_t kv_mem;            /* bytes; 0 = unlimited */
+	float gov_low, gov_high;
+	uint32_t n_ctx, max_seqs, n_live, n_queued;
+	unsigned long long preemptions;
+	double now;               /* seconds since the server started */
+};
+
+/* 0, or -1 out of memory (c is then safe to free). */
+int srv_cache_init(struct srv_cache *c, uint32_t n_layer, uint32_t n_kv_head, uint32_t max_seqs,
+		   struct tkv_alloc *a);
+void srv_cache_free(struct srv_cache *c);
+/* Under srv->mu: appends an event (text truncated to fit). */
+void srv_cache_event(struct srv_cache *c, double t, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Under srv->mu: publishes c->work (filled by the caller) as the current
+ * view, with events for the counters that moved since the last one. */
+void srv_cache_publish(struct srv_cache *c);
+/* Under srv->mu: keeps a finished sequence's last figures (and its layers,
+ * when given) and logs it. */
+void srv_cache_finished(struct srv_cache *c, const struct srv_cache_seq *q, const struct tkv_kv_layer_stats *layers);
+/* Under srv->mu: the view as JSON (from jansson's allocator, released with
+ * free(); NULL out of memory). */
+char *srv_cache_json(const struct srv_cache *c, const struct srv_cache_meta *m);
+/* Scheduler thread: snapshots the engine (ks: its figures, just taken) and
+ * the live requests into the view; takes srv->mu to publish. */
+void srv_cache_snapshot(struct srv *s, const struct tkv_kv_stats *ks, double now);
+/* Scheduler thread, under srv->mu: r finished (state: its finish reason). */
+void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state);
+/* Any thread: GET /v1/cache's body (as srv_cache_json). */
+char *srv_cache_text(struct srv *s);
+
+/* ---- the web page (web.c; its files are generated from web/ at build time) --- */
+
+struct srv_web_file {
+	const char *name;         /* "index.html", "app.js", ... */
+	const unsigned char *data;
+	size_t len;
+};
+extern const struct srv_web_file srv_web_files[];
+extern const size_t srv_web_n_files;
+/* The file a GET of url serves ("/" is index.html), or NULL; *ctype its
+ * Content-Type. */
+const struct srv_web_file *srv_web_find(const char *url, const char **ctype);
 
 /* ---- requests and the scheduler (sched.c) ----------------------------------- */
 
@@ -183,6 +287,7 @@ struct srv_req {
 	uint64_t admit_seq;       /* admission order */
 	bool prefix_published;
 	bool got_first;           /* first token generated (for time to first token) */
+	uint32_t reused;          /* prompt tokens the last admission took from the prefix cache */
 };
 
 /* HTTP status codes counted in /metrics; the last slot takes any other. */
@@ -241,6 +346,8 @@ struct srv {
 	struct srv_stats st;
 	struct MHD_Daemon *httpd;
 	struct srv_kvs *kvs;          /* NULL without --kv-store */
+	struct srv_cache cache;       /* GET /v1/cache */
+	double t_start;               /* monotonic seconds at start-up */
 };
 
 /* Makes a request from parsed params (taking ownership of g's contents): refs 1. */
