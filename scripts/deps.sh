@@ -18,6 +18,10 @@ command -v curl >/dev/null || need+=(curl)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v python3 >/dev/null || need+=(python3)
+# the web page's browser test (tests/cli_web.sh): headless Chromium and its
+# WebDriver
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 # the libFuzzer targets (scripts/fuzz.sh, the fuzz smoke of scripts/test.sh):
 # clang and its fuzzer runtime
 if [ "${TKV_FUZZ_DEPS:-0}" = 1 ]; then

@@ -249,7 +249,34 @@ expect_error e_basic 401
 AUTH=()
 req health2 GET /health
 expect_code health2 200
+# the web page loads without the key (it asks for it); its data does not
+req page GET /
+expect_code page 200
+grep -qi '^Content-Type: text/html' "$tmp/page.hdr" && ok || bad "page: content type"
+grep -qi "^Content-Security-Policy: default-src 'self'" "$tmp/page.hdr" && ok || bad "page: no Content-Security-Policy"
+expect_body page '<script src="/app.js"></script>'
+if grep -qiE '(src|href)="(https?:)?//' "$tmp/page.body"; then bad "page: loads something from elsewhere"; else ok; fi
+req page_js GET /app.js
+expect_code page_js 200
+grep -qi '^Content-Type: text/javascript' "$tmp/page_js.hdr" && ok || bad "app.js: content type"
+req page_head HEAD /
+expect_code page_head 200
+req page_404 GET /nothing.js
+expect_error page_404 404
+req page_post POST / --data-binary '{}'
+expect_error page_post 405
+req e_cache_nokey GET /v1/cache
+expect_error e_cache_nokey 401
 AUTH=(-H "Authorization: Bearer $KEY")
+req cache GET /v1/cache
+expect_code cache 200
+expect_body cache '^\{"object":"cache","model":"stories260K","policy":"tiered",'
+expect_body cache '"budget":\{"kv_mem":[0-9]+,"allocated":[0-9]+,"peak":[0-9]+,'
+expect_body cache '"sequences":\[\{"id":"(chat)?cmpl-[0-9a-f]+","state":"(stop|length)"'
+expect_body cache '"events":\[\{"id":[0-9]+,"t":[0-9.e-]+,"kind":"[a-z]+","text":"[^"]+"\}'
+expect_body cache '"kind":"finish","text":"(chat)?cmpl-[0-9a-f]+ (stop|length): [0-9]+ prompt \+ [0-9]+ generated tokens'
+req cache_v GET /cache
+expect_code cache_v 200
 
 # ---- 16 concurrent requests: all answered ----------------------------------------------------
 jobs_=()
@@ -276,7 +303,7 @@ for m in 'tierkv_requests_total [1-9]' 'tierkv_generated_tokens_total [1-9]' 'ti
 	'tierkv_tokens_per_second ' 'tierkv_queue_length 0' 'tierkv_live_sequences 0' \
 	'tierkv_kv_tier_bytes\{tier="hot"\} ' 'tierkv_kv_tier_bytes\{tier="cold"\} ' 'tierkv_kv_evicted_total ' \
 	'tierkv_kv_governor_runs_total ' 'tierkv_prefix_hits_total 0' 'tierkv_predictor_mae_tokens [0-9]' \
-	'tierkv_http_responses_total\{code="413"\} 2' 'tierkv_http_responses_total\{code="401"\} 5' \
+	'tierkv_http_responses_total\{code="413"\} 2' 'tierkv_http_responses_total\{code="401"\} 6' \
 	'# TYPE tierkv_requests_total counter'; do
 	expect_body metrics "^$m"
 done

@@ -25,7 +25,7 @@
  * jansson's blocks), and the same request with the allocator working must
  * get the reference's text. A stream's call count varies a little with how
  * tokens group into events, so the sweep runs to the largest of three
- * reference counts. */
+ * reference counts. GET /v1/cache goes through the same sweep. */
 #include "testutil.h"
 
 #include <arpa/inet.h>
@@ -124,7 +124,8 @@ static bool dechunk(char *b, size_t *len)
 	return true;
 }
 
-/* POSTs json to path and reads the whole answer (the server closes). */
+/* POSTs json to path (json NULL: a GET) and reads the whole answer (the
+ * server closes). */
 static void post(int port, const char *path, const char *json, struct resp *r)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -140,10 +141,13 @@ static void post(int port, const char *path, const char *json, struct resp *r)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa))
 		fail_msg("connect: %s", strerror(errno));
-	snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-		 "Content-Length: %zu\r\nConnection: close\r\n\r\n", path, strlen(json));
+	if (json)
+		snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n", path, strlen(json));
+	else
+		snprintf(head, sizeof head, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
 	assert_true(write(fd, head, strlen(head)) == (ssize_t)strlen(head));
-	assert_true(write(fd, json, strlen(json)) == (ssize_t)strlen(json));
+	assert_true(!json || write(fd, json, strlen(json)) == (ssize_t)strlen(json));
 	r->body = malloc(cap);
 	assert_non_null(r->body);
 	while ((k = read(fd, r->body + n, cap - n - 1)) > 0) {
@@ -446,6 +450,62 @@ static void test_chat(void **state) { (void)state; sweep(&kinds[1], 0); sweep(&k
 static void test_completion_stream(void **state) { (void)state; sweep(&kinds[2], 0); sweep(&kinds[2], 1); }
 static void test_chat_stream(void **state) { (void)state; sweep(&kinds[3], 0); sweep(&kinds[3], 1); }
 
+/* GET /v1/cache (the live cache view, built with jansson) under the same
+ * sweep, after the requests above left sequences and events in it: each
+ * answer is the whole view (an object naming the model, every layer, the
+ * finished sequences) or a 503 out_of_memory error, and nothing leaks. */
+static enum outcome check_cache(const struct resp *r, unsigned long long n, size_t *n_seqs)
+{
+	json_t *root = parse(r->body);
+	enum outcome o = OUT_OK;
+
+	if (!root)
+		fail_msg("N=%llu cache: HTTP %d, not JSON: %.200s", n, r->code, r->body);
+	if (r->code == 503 && !strcmp(error_code(root, "cache"), "out_of_memory")) {
+		o = OUT_OOM;
+	} else if (r->code != 200 || strcmp(json_string_value(json_object_get(root, "object")), "cache") ||
+		   json_array_size(json_object_get(root, "layers")) != 5 ||
+		   !json_is_array(json_object_get(root, "sequences")) || !json_is_array(json_object_get(root, "events"))) {
+		fail_msg("N=%llu cache: HTTP %d %.300s", n, r->code, r->body);
+	}
+	*n_seqs = json_array_size(json_object_get(root, "sequences"));
+	json_decref(root);
+	return o;
+}
+
+static void test_cache_view(void **state)
+{
+	unsigned long long c0, total, n_ok = 0, n_oom = 0;
+	size_t ref_seqs, got;
+	struct resp r;
+
+	(void)state;
+	c0 = atomic_load(&A.n_calls);
+	post(PORT, "/v1/cache", NULL, &r);
+	assert_int_equal(check_cache(&r, 0, &ref_seqs), OUT_OK);
+	resp_free(&r);
+	total = atomic_load(&A.n_calls) - c0;
+	assert_true(ref_seqs > 0 && total > 0);
+	for (unsigned long long fail_count = 0; fail_count < 2; fail_count++)
+		for (unsigned long long n = 1; n <= total + 1; n++) {
+			A.fail_count = fail_count;
+			A.fail_at = atomic_load(&A.n_calls) + n;
+			post(PORT, "/v1/cache", NULL, &r);
+			A.fail_at = 0;
+			if (check_cache(&r, n, &got) == OUT_OK) {
+				assert_int_equal(got, ref_seqs);
+				n_ok++;
+			} else {
+				n_oom++;
+			}
+			resp_free(&r);
+			settle("cache", n);
+		}
+	printf("# cache view: %llu allocation calls; %llu 503 out_of_memory, %llu answered in full\n", total, n_oom,
+	       n_ok);
+	assert_true(n_oom > 0);
+}
+
 /* TKV_FAULTS_PART=plain or stream runs half (ctest runs the halves side by
  * side); unset, all four. */
 int main(void)
@@ -453,6 +513,7 @@ int main(void)
 	const struct CMUnitTest plain[] = {
 		cmocka_unit_test(test_completion),
 		cmocka_unit_test(test_chat),
+		cmocka_unit_test(test_cache_view),
 	};
 	const struct CMUnitTest stream[] = {
 		cmocka_unit_test(test_completion_stream),

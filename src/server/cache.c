@@ -273,7 +273,7 @@ void srv_cache_snapshot(struct srv *s, const struct tkv_kv_stats *ks, double now
 	pthread_mutex_unlock(&s->mu);
 }
 
-void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state)
+void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state, double now)
 {
 	struct srv_cache *c = &s->cache;
 	struct srv_cache_seq q;
@@ -281,7 +281,7 @@ void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state)
 	if (!r->seq)
 		return;
 	seq_record(r, state, &q);
-	q.t_end = srv_now() - s->t_start;
+	q.t_end = now - s->t_start;
 	/* the layers go into c->work.layers, the scheduler's scratch until its next snapshot */
 	tkv_seq_kv_layer_stats(r->seq, c->work.layers, c->n_layer);
 	srv_cache_finished(c, &q, c->work.layers);
@@ -289,7 +289,7 @@ void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state)
 
 /* ---- the HTTP side ---------------------------------------------------------------------- */
 
-char *srv_cache_text(struct srv *s)
+char *srv_cache_text(struct srv *s, double now)
 {
 	struct srv_cache_meta m = {
 		.model = s->model_id,
@@ -306,7 +306,7 @@ char *srv_cache_text(struct srv *s)
 	pthread_mutex_lock(&s->mu);
 	m.n_live = s->st.n_live;
 	m.n_queued = s->n_queued;
-	m.now = srv_now() - s->t_start;
+	m.now = now - s->t_start;
 	out = srv_cache_json(&s->cache, &m);
 	pthread_mutex_unlock(&s->mu);
 	return out;

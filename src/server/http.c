@@ -569,7 +569,7 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 	case R_MODELS:
 		return reply(s, c, 200, "application/json", srv_api_models_json(s->model_id, s->started), NULL);
 	case R_CACHE:
-		return reply(s, c, 200, "application/json", srv_cache_text(s), NULL);
+		return reply(s, c, 200, "application/json", srv_cache_text(s, srv_now()), NULL);
 	case R_WEB:
 		return reply_web(s, c, url);
 	case R_COMPLETIONS:

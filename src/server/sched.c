@@ -247,7 +247,7 @@ static void finish(struct srv *s, struct srv_req *r, enum srv_finish f, const st
 	/* a session's turn ends: store the conversation so far for its next turn */
 	if (s->kvs && r->gen.session && r->seq && (f == SRV_FIN_STOP || f == SRV_FIN_LENGTH))
 		srv_kvs_save(s->kvs, r->seq, r->ctx, tkv_seq_n_past(r->seq));
-	srv_cache_request_done(s, r, r->cancelled ? "cancelled" : srv_finish_name(f));
+	srv_cache_request_done(s, r, r->cancelled ? "cancelled" : srv_finish_name(f), srv_now());
 	release_seq(r);
 	if ((f == SRV_FIN_STOP || f == SRV_FIN_LENGTH) && publish(r, r->raw.len)) {
 		/* the end of the text cannot be published: an error, not a short text */

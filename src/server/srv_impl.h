@@ -223,10 +223,11 @@ char *srv_cache_json(const struct srv_cache *c, const struct srv_cache_meta *m);
 /* Scheduler thread: snapshots the engine (ks: its figures, just taken) and
  * the live requests into the view; takes srv->mu to publish. */
 void srv_cache_snapshot(struct srv *s, const struct tkv_kv_stats *ks, double now);
-/* Scheduler thread, under srv->mu: r finished (state: its finish reason). */
-void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state);
-/* Any thread: GET /v1/cache's body (as srv_cache_json). */
-char *srv_cache_text(struct srv *s);
+/* Scheduler thread, under srv->mu: r finished (state: its finish reason) at
+ * now (monotonic seconds, srv_now). */
+void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state, double now);
+/* Any thread: GET /v1/cache's body (as srv_cache_json) at now. */
+char *srv_cache_text(struct srv *s, double now);
 
 /* ---- the web page (web.c; its files are generated from web/ at build time) --- */
 
