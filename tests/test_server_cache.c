@@ -104,6 +104,7 @@ static void test_deltas(void **state)
 	init(&c);
 	c.work.kv.budget = 100000;
 	c.work.kv.allocated = 81000;
+	c.work.kv.n_tokens = 300;
 	c.work.kv.gov_runs = 5;
 	c.work.kv.evicted = 100;
 	srv_cache_publish(&c); /* the first view: a baseline, no events */
@@ -129,6 +130,28 @@ static void test_deltas(void **state)
 	c.work.kv = c.pub.kv; /* nothing moved */
 	srv_cache_publish(&c);
 	assert_int_equal(c.n_ev, 3);
+	/* a request's end logs what moved since, before itself; with no token
+	 * left in the pool its share is not given */
+	{
+		struct tkv_kv_stats e = c.pub.kv;
+		struct srv_cache_seq q = { .id = "cmpl-1", .state = "stop", .prompt = 5, .generated = 7, .t_end = 3.0 };
+
+		e.gov_runs++;
+		e.n_tokens = 0;
+		srv_cache_finished(&c, &q, NULL, &e);
+		j = view(&c);
+		assert_string_equal(gets_(j, "events", 3, "text"), "governor lowered the caps (1 run)");
+		assert_string_equal(gets_(j, "events", 4, "kind"), "finish");
+		assert_string_equal(gets_(j, "events", 4, "text"),
+				    "cmpl-1 stop: 5 prompt + 7 generated tokens, 0 bytes of K+V at the end");
+		/* no layers given: the layers stay the live ones' */
+		assert_string_equal(json_string_value(json_object_get(j, "layers_of")), "live");
+		json_decref(j);
+		/* the next view does not log the same runs again */
+		c.work.kv = e;
+		srv_cache_publish(&c);
+		assert_int_equal(c.n_ev, 5);
+	}
 	srv_cache_free(&c);
 }
 
@@ -189,7 +212,7 @@ static void test_sequences_and_layers(void **state)
 		snprintf(id, sizeof id, "cmpl-%d", i);
 		q = seq(id, "stop", 0, 0, (size_t)i, 1.0 + i);
 		L[1].tier_bytes[2] = (size_t)i;
-		srv_cache_finished(&c, &q, L);
+		srv_cache_finished(&c, &q, L, NULL);
 	}
 	j = view(&c);
 	assert_int_equal(json_array_size(json_object_get(j, "sequences")), SRV_CACHE_RECENT);

@@ -60,7 +60,7 @@ class Driver:
         else:
             raise Fail("chromedriver did not start")
         args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                "--disable-extensions", "--window-size=1280,900", "--force-device-scale-factor=1",
+                "--disable-extensions", "--window-size=1200,820", "--force-device-scale-factor=1",
                 f"--user-data-dir={os.path.join(tmp, 'profile')}"]
         caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
             "binary": chromium, "args": args}, "goog:loggingPrefs": {"browser": "ALL"}}}}

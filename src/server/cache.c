@@ -75,18 +75,27 @@ static unsigned long long moved(uint64_t now, uint64_t before)
 	return now > before ? (unsigned long long)(now - before) : 0;
 }
 
-/* Events for the counters of cur that moved since prev. */
-static void log_deltas(struct srv_cache *c, const struct tkv_kv_stats *prev, const struct tkv_kv_stats *cur, double t)
+/* Events for the counters of cur that moved since the last ones logged (the
+ * first call only takes them in); the pool's share of --kv-mem is cur's when
+ * it holds sequences. */
+static void log_deltas(struct srv_cache *c, const struct tkv_kv_stats *cur, double t)
 {
-	double pool = cur->budget ? 100.0 * (double)cur->allocated / (double)cur->budget : 0;
+	const struct tkv_kv_stats *prev = &c->logged;
+	char pool[48] = "";
 	unsigned long long d;
 
+	if (!c->have_logged) {
+		c->logged = *cur;
+		c->have_logged = true;
+		return;
+	}
+	if (cur->budget && cur->n_tokens)
+		snprintf(pool, sizeof pool, "; pool at %.0f%% of --kv-mem",
+			 100.0 * (double)cur->allocated / (double)cur->budget);
 	if ((d = moved(cur->gov_runs, prev->gov_runs)))
-		srv_cache_event(c, t, "governor", "governor lowered the caps (%llu run%s); pool at %.0f%% of --kv-mem",
-				d, d == 1 ? "" : "s", pool);
+		srv_cache_event(c, t, "governor", "governor lowered the caps (%llu run%s)%s", d, d == 1 ? "" : "s", pool);
 	if ((d = moved(cur->gov_raises, prev->gov_raises)))
-		srv_cache_event(c, t, "raise", "governor raised %llu cap%s again; pool at %.0f%% of --kv-mem", d,
-				d == 1 ? "" : "s", pool);
+		srv_cache_event(c, t, "raise", "governor raised %llu cap%s again%s", d, d == 1 ? "" : "s", pool);
 	if ((d = moved(cur->evicted, prev->evicted)))
 		srv_cache_event(c, t, "evict", "%llu token slots evicted", d);
 	if ((d = moved(cur->demoted, prev->demoted)))
@@ -96,22 +105,25 @@ static void log_deltas(struct srv_cache *c, const struct tkv_kv_stats *prev, con
 	if ((d = moved(cur->prefix_hits, prev->prefix_hits)))
 		srv_cache_event(c, t, "prefix", "%llu prefix-cache hit%s, %llu prompt tokens reused", d, d == 1 ? "" : "s",
 				moved(cur->prefix_tokens, prev->prefix_tokens));
+	/* a counter that went back (it cannot, but) is taken as the new base */
+	c->logged = *cur;
 }
 
 void srv_cache_publish(struct srv_cache *c)
 {
 	struct srv_cache_view tmp;
 
-	if (c->have_pub)
-		log_deltas(c, &c->pub.kv, &c->work.kv, c->work.t);
+	log_deltas(c, &c->work.kv, c->work.t);
 	tmp = c->pub;
 	c->pub = c->work;
 	c->work = tmp;
-	c->have_pub = true;
 }
 
-void srv_cache_finished(struct srv_cache *c, const struct srv_cache_seq *q, const struct tkv_kv_layer_stats *layers)
+void srv_cache_finished(struct srv_cache *c, const struct srv_cache_seq *q, const struct tkv_kv_layer_stats *layers,
+			const struct tkv_kv_stats *engine)
 {
+	if (engine)
+		log_deltas(c, engine, q->t_end);
 	c->recent[c->n_recent++ % SRV_CACHE_RECENT] = *q;
 	if (layers) {
 		memcpy(c->last_layers, layers, (size_t)c->n_layer * sizeof *layers);
@@ -277,6 +289,7 @@ void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state,
 {
 	struct srv_cache *c = &s->cache;
 	struct srv_cache_seq q;
+	struct tkv_kv_stats ks;
 
 	if (!r->seq)
 		return;
@@ -284,7 +297,9 @@ void srv_cache_request_done(struct srv *s, struct srv_req *r, const char *state,
 	q.t_end = now - s->t_start;
 	/* the layers go into c->work.layers, the scheduler's scratch until its next snapshot */
 	tkv_seq_kv_layer_stats(r->seq, c->work.layers, c->n_layer);
-	srv_cache_finished(c, &q, c->work.layers);
+	/* what the engine did since the last snapshot is logged before the end */
+	tkv_engine_kv_stats(s->engine, &ks);
+	srv_cache_finished(c, &q, c->work.layers, &ks);
 }
 
 /* ---- the HTTP side ---------------------------------------------------------------------- */

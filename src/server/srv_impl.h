@@ -184,8 +184,9 @@ struct srv_cache {
 	uint32_t n_layer, n_kv_head;
 	struct tkv_alloc *a;
 	struct srv_cache_view pub, work;   /* pub: under srv->mu; work: the scheduler's */
-	bool have_pub;
 	/* under srv->mu */
+	struct tkv_kv_stats logged;                    /* the counters as last logged */
+	bool have_logged;
 	struct srv_cache_seq recent[SRV_CACHE_RECENT]; /* ring of finished sequences */
 	uint64_t n_recent;
 	struct tkv_kv_layer_stats *last_layers;        /* (n_layer) of the last finished one */
@@ -215,8 +216,10 @@ void srv_cache_event(struct srv_cache *c, double t, const char *kind, const char
  * view, with events for the counters that moved since the last one. */
 void srv_cache_publish(struct srv_cache *c);
 /* Under srv->mu: keeps a finished sequence's last figures (and its layers,
- * when given) and logs it. */
-void srv_cache_finished(struct srv_cache *c, const struct srv_cache_seq *q, const struct tkv_kv_layer_stats *layers);
+ * when given) and logs it, after what moved in the engine's counters (when
+ * given: the engine's figures at its end). */
+void srv_cache_finished(struct srv_cache *c, const struct srv_cache_seq *q, const struct tkv_kv_layer_stats *layers,
+			const struct tkv_kv_stats *engine);
 /* Under srv->mu: the view as JSON (from jansson's allocator, released with
  * free(); NULL out of memory). */
 char *srv_cache_json(const struct srv_cache *c, const struct srv_cache_meta *m);
