@@ -301,6 +301,9 @@ struct tkv_kv_stats {
 	uint64_t merged;        /* evicted slots merged into kept ones (semantic completion) */
 	uint64_t gov_runs;      /* times the memory governor lowered the caps */
 	uint64_t gov_raises;    /* caps the governor raised again (pool below its low mark) */
+	size_t pool_mean;       /* bytes of live pages averaged over the time of the forward
+				 * passes since the governor's first run (0 before it) */
+	size_t pool_min;        /* ... and the least after any of them (0 before it) */
 	uint64_t pages_read;    /* pages attention read */
 	uint64_t pages_skipped; /* cold pages attention skipped by their key bound */
 	uint64_t prefix_lookups;  /* sequences that looked for a shared prefix */

@@ -1913,7 +1913,8 @@ static void test_governor_band_random(void **state)
 			(unsigned long long)ks.gov_runs, (unsigned long long)ks.gov_raises);
 		assert_true(ks.gov_runs > 0 && n_after > 100);
 		assert_true(ks.gov_raises > 0);
-		assert_true(sum / (double)n_after >= 0.65);
+		/* the band: 0.70-0.80 of --kv-mem while the work exceeds it */
+		assert_true(sum / (double)n_after >= 0.70 && sum / (double)n_after <= 0.80);
 		assert_int_equal(ks.allocated, 0);
 		tkv_engine_free(e);
 	}

@@ -310,8 +310,8 @@ int cli_bench_serve(int argc, char **argv)
 		printf("bench --serve: %ld sequences of %ld tokens (%ld prompt), KV budget %s, %zu K+V bytes/token (f16)\n\n",
 		       o.n_seqs, o.len, o.prompt, o.ep.kv_mem ? cli_fmt_bytes(b1, sizeof b1, (double)o.ep.kv_mem) : "unlimited",
 		       tkv_model_kv_bytes_per_token(m));
-		printf("| policy         | held | x full | tokens/s | decode t/s | KV peak    | evicted %% | demoted %% | s     |\n");
-		printf("| -------------- | ---- | ------ | -------- | ---------- | ---------- | --------- | --------- | ----- |\n");
+		printf("| policy         | held | x full | tokens/s | decode t/s | KV peak    | pool mean | pool min | evicted %% | demoted %% | s     |\n");
+		printf("| -------------- | ---- | ------ | -------- | ---------- | ---------- | --------- | -------- | --------- | --------- | ----- |\n");
 	}
 	snprintf(list, sizeof list, "%s", o.policies);
 	for (char *p = strtok(list, ","); p; p = strtok(NULL, ",")) {
@@ -327,9 +327,10 @@ int cli_bench_serve(int argc, char **argv)
 			full_held = r.held;
 		if (o.json) {
 			printf("{\"policy\":\"%s\",\"seqs\":%ld,\"len\":%ld,\"kv_mem\":%zu,\"held\":%ld,\"tokens_per_s\":%.1f,"
-			       "\"decode_tokens_per_s\":%.1f,\"kv_peak\":%zu,\"evicted\":%llu,\"demoted\":%llu,\"secs\":%.3f}\n",
+			       "\"decode_tokens_per_s\":%.1f,\"kv_peak\":%zu,\"pool_mean\":%zu,\"pool_min\":%zu,\"gov_runs\":%llu,"
+			       "\"evicted\":%llu,\"demoted\":%llu,\"secs\":%.3f}\n",
 			       p, o.n_seqs, o.len, o.ep.kv_mem, r.held, r.tok_total / r.secs, r.tok_gen / r.secs,
-			       r.ks.peak_allocated, (unsigned long long)r.ks.evicted, (unsigned long long)r.ks.demoted, r.secs);
+			       r.ks.peak_allocated, r.ks.pool_mean, r.ks.pool_min, (unsigned long long)r.ks.gov_runs, (unsigned long long)r.ks.evicted, (unsigned long long)r.ks.demoted, r.secs);
 		} else {
 			struct tkv_model_info mi;
 			double slots;
@@ -337,9 +338,11 @@ int cli_bench_serve(int argc, char **argv)
 			tkv_model_get_info(m, &mi);
 			slots = r.tok_total * mi.n_layer * mi.n_kv_head;
 			snprintf(b2, sizeof b2, "%.2f", full_held ? (double)r.held / (double)full_held : 0.0);
-			printf("| %-14s | %4ld | %6s | %8.0f | %10.0f | %10s | %9.1f | %9.1f | %5.2f |\n", p, r.held,
-			       full_held ? b2 : "-", r.tok_total / r.secs, r.tok_gen / r.secs,
+			printf("| %-14s | %4ld | %6s | %8.0f | %10.0f | %10s | %9.3f | %8.3f | %9.1f | %9.1f | %5.2f |\n", p,
+			       r.held, full_held ? b2 : "-", r.tok_total / r.secs, r.tok_gen / r.secs,
 			       cli_fmt_bytes(b1, sizeof b1, (double)r.ks.peak_allocated),
+			       r.ks.budget ? (double)r.ks.pool_mean / (double)r.ks.budget : 0.0,
+			       r.ks.budget ? (double)r.ks.pool_min / (double)r.ks.budget : 0.0,
 			       slots ? 100.0 * (double)r.ks.evicted / slots : 0.0,
 			       slots ? 100.0 * (double)r.ks.demoted / slots : 0.0, r.secs);
 		}

@@ -328,6 +328,12 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 		(unsigned long long)ks->evicted, (unsigned long long)ks->demoted,
 		(unsigned long long)ks->merged, (unsigned long long)ks->gov_runs, (unsigned long long)ks->gov_raises,
 		(unsigned long long)ks->pages_read, (unsigned long long)ks->pages_skipped);
+	if (ks->budget && ks->pool_mean)
+		fprintf(f, "tierkv:   --kv-mem %s: since the governor's first run the pool averaged %s (%.3f) over the "
+			"forward passes' time, least %s (%.3f)\n",
+			cli_fmt_bytes(b1, sizeof b1, (double)ks->budget), cli_fmt_bytes(b2, sizeof b2, (double)ks->pool_mean),
+			(double)ks->pool_mean / (double)ks->budget, cli_fmt_bytes(b3, sizeof b3, (double)ks->pool_min),
+			(double)ks->pool_min / (double)ks->budget);
 }
 
 void cli_print_layer_plan(FILE *f, const struct tkv_kv_layer_plan *p)

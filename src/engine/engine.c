@@ -15,6 +15,7 @@
 #include "kv/prefix.h"
 #include "kv/seq.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/status.h"
 #include "util/tpool.h"
 
@@ -203,6 +204,10 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 	out->cow += e->cow_gone;
 	out->gov_runs = e->gov_runs;
 	out->gov_raises = e->gov_raises;
+	if (e->pool_ns) {
+		out->pool_mean = (size_t)(e->pool_byte_ns / (double)e->pool_ns);
+		out->pool_min = e->pool_min;
+	}
 	pool_compact_stats(&ps, out);
 	if (e->prefix) {
 		struct kv_prefix_stats xs;
@@ -492,9 +497,13 @@ int tkv_seq_decode(struct tkv_seq *s, const int32_t *ids, size_t n, float *logit
 			n_out = 1;
 			lg = logits;
 		}
+		uint64_t t0 = util_now_ns();
+
 		model_forward(e->model, &e->scratch, e->tp, e->cache, ids + done, &seg, 1, e->scratch.rows, n_out, lg);
 		done += c;
-		if ((st = advance(e, s, c, err)))
+		st = advance(e, s, c, err);
+		gov_sample(e, util_now_ns() - t0);
+		if (st)
 			return st;
 	}
 	return TKV_OK;
@@ -629,8 +638,12 @@ int tkv_engine_step(struct tkv_engine *e, struct tkv_batch_item *items, size_t n
 			break;
 		}
 		reserve(&p, err);
-		if (p.n_segs)
+		if (p.n_segs) {
+			uint64_t t0 = util_now_ns();
+
 			forward(e, &p, err);
+			gov_sample(e, util_now_ns() - t0);
+		}
 	}
 	/* a failure of the whole step leaves the unfinished items undone: they
 	 * fail with it, so that an item with status TKV_OK got all its tokens */

@@ -33,6 +33,11 @@ struct tkv_engine {
 	uint32_t n_seqs;
 	uint64_t gov_runs;
 	uint64_t gov_raises;
+	/* the pool over forward passes since the governor's first run: bytes
+	 * times nanoseconds, nanoseconds, and the least bytes seen */
+	double pool_byte_ns;
+	uint64_t pool_ns;
+	size_t pool_min;
 	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
 };
 
@@ -60,6 +65,9 @@ int gov_seq_maintain(struct tkv_engine *e, struct tkv_seq *s);
  * each policy enforces it (gov_seq_maintain). Below gov_low the caps rise
  * again, up to each sequence's full size. */
 int gov_make_room(struct tkv_engine *e, size_t need);
+/* Records the pool's bytes after a forward pass that took ns nanoseconds
+ * (for the time-weighted mean and the minimum once the governor has run). */
+void gov_sample(struct tkv_engine *e, uint64_t ns);
 /* Chooses a sequence's AUTO layer plan from the entropy measured so far
  * (plan.h) and applies it; without scratch it tries again after the next
  * chunk. */

@@ -1067,7 +1067,8 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 		}
 	}
 	/* aim a page below the budget so the next tokens fit without another round */
-	slack = maint_slack(st->hot_fmt, st->page_tokens, st->budget, s->head_dim);
+	slack = s->slack > 0 ? (double)s->slack * (double)st->budget
+			     : maint_slack(st->hot_fmt, st->page_tokens, st->budget, s->head_dim);
 	target = (double)st->budget - slack;
 	/* pages hold whole slots and every tier in use holds a page of its own:
 	 * while over, tighten by the overshoot, at least the dearest page, until

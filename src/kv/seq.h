@@ -58,6 +58,10 @@ struct kv_seq {
 	bool measure_entropy;        /* streams accumulate attention entropy (ent_sum) */
 	bool plan_set;               /* a layer plan other than the pool's uniform pages */
 	int32_t n_pos;               /* position of the next token */
+	float slack;                 /* > 0: how far below its budget a policy round brings
+				      * a stream, as a share of the budget (the memory
+				      * governor's, narrower than the band it keeps);
+				      * 0: the policy's own rule (a page of hot slots) */
 	/* cross-layer sharing (share.h): off when share_cos is 0 */
 	float share_cos;             /* least cosine of key and of value to the layer below */
 	uint32_t share_from;         /* first layer that may share with the one below (>= 1) */

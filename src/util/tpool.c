@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 #define TPOOL_MAX_THREADS 512
@@ -87,19 +88,11 @@ static int tpool_n_cpus(void)
 	return online >= 1 ? (int)(online > TPOOL_MAX_THREADS ? TPOOL_MAX_THREADS : online) : 1;
 }
 
-static int64_t tpool_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Waits until gen differs from seen; returns the new gen. */
 static unsigned tpool_wait_gen(struct tpool *p, unsigned seen)
 {
 	unsigned g;
-	int64_t t0 = tpool_now_ns();
+	int64_t t0 = (int64_t)util_now_ns();
 	int i;
 
 	for (;;) {
@@ -109,7 +102,7 @@ static unsigned tpool_wait_gen(struct tpool *p, unsigned seen)
 				return g;
 			tpool_pause();
 		}
-		if (tpool_now_ns() - t0 > p->spin_ns)
+		if ((int64_t)util_now_ns() - t0 > p->spin_ns)
 			break;
 	}
 
