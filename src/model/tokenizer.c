@@ -436,6 +436,71 @@ static void tok_read_bool(const struct gguf_file *g, const char *key, bool *val)
 		*val = v;
 }
 
+/* The vocabulary's arrays: the pieces, and the scores and token types when
+ * present (NULL otherwise), checked against the pieces' count. */
+static int tok_vocab_arrays(struct tok *t, const struct gguf_file *g, const struct gguf_kv **toks,
+			    const struct gguf_kv **scores, const struct gguf_kv **types, struct tkv_error *err)
+{
+	const char *gname = gguf_name(g);
+	int rc;
+
+	rc = gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, toks, err);
+	if (rc)
+		return rc;
+	if ((*toks)->v.arr.n == 0 || (*toks)->v.arr.n > INT32_MAX - 1)
+		return tkv_errf(err, TKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries",
+				gname, (unsigned long long)(*toks)->v.arr.n);
+	t->n_vocab = (int32_t)(*toks)->v.arr.n;
+
+	if (gguf_find(g, "tokenizer.ggml.scores")) {
+		rc = gguf_get_arr(g, "tokenizer.ggml.scores", GGUF_TYPE_COUNT, scores, err);
+		if (rc)
+			return rc;
+		if ((*scores)->v.arr.type != GGUF_TYPE_FLOAT32 && (*scores)->v.arr.type != GGUF_TYPE_FLOAT64 &&
+		    (*scores)->v.arr.type != GGUF_TYPE_INT32)
+			return tkv_errf(err, TKV_ERR_FORMAT,
+					"%s: tokenizer.ggml.scores has element type %s, expected float32",
+					gname, gguf_type_name((*scores)->v.arr.type));
+		if ((*scores)->v.arr.n < (uint64_t)t->n_vocab)
+			return tkv_errf(err, TKV_ERR_FORMAT,
+					"%s: tokenizer.ggml.scores has %llu entries, tokenizer.ggml.tokens has %d",
+					gname, (unsigned long long)(*scores)->v.arr.n, t->n_vocab);
+	}
+	if (gguf_find(g, "tokenizer.ggml.token_type")) {
+		rc = gguf_get_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, types, err);
+		if (rc)
+			return rc;
+		switch ((*types)->v.arr.type) {
+		case GGUF_TYPE_INT8: case GGUF_TYPE_UINT8: case GGUF_TYPE_INT16: case GGUF_TYPE_UINT16:
+		case GGUF_TYPE_INT32: case GGUF_TYPE_UINT32: case GGUF_TYPE_INT64: case GGUF_TYPE_UINT64:
+			break;
+		default:
+			return tkv_errf(err, TKV_ERR_FORMAT,
+					"%s: tokenizer.ggml.token_type has element type %s, expected int32",
+					gname, gguf_type_name((*types)->v.arr.type));
+		}
+		if ((*types)->v.arr.n < (uint64_t)t->n_vocab)
+			return tkv_errf(err, TKV_ERR_FORMAT,
+					"%s: tokenizer.ggml.token_type has %llu entries, tokenizer.ggml.tokens has %d",
+					gname, (unsigned long long)(*types)->v.arr.n, t->n_vocab);
+	}
+	return TKV_OK;
+}
+
+/* A GGUF token type as the tokenizer's attribute. */
+static uint8_t tok_attr_of(int64_t type)
+{
+	switch (type) {
+	case TOK_TYPE_NORMAL: return TOK_ATTR_NORMAL;
+	case TOK_TYPE_UNKNOWN: return TOK_ATTR_UNKNOWN;
+	case TOK_TYPE_CONTROL: return TOK_ATTR_CONTROL;
+	case TOK_TYPE_USER_DEFINED: return TOK_ATTR_USER_DEFINED;
+	case TOK_TYPE_UNUSED: return TOK_ATTR_UNUSED;
+	case TOK_TYPE_BYTE: return TOK_ATTR_BYTE;
+	default: return TOK_ATTR_UNDEFINED;
+	}
+}
+
 /* Copies the pieces, scores and types. */
 static int tok_load_vocab(struct tok *t, const struct gguf_file *g, struct tkv_error *err)
 {
@@ -446,47 +511,8 @@ static int tok_load_vocab(struct tok *t, const struct gguf_file *g, struct tkv_e
 	int32_t i;
 	int rc;
 
-	rc = gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, err);
-	if (rc)
+	if ((rc = tok_vocab_arrays(t, g, &toks, &scores, &types, err)))
 		return rc;
-	if (toks->v.arr.n == 0 || toks->v.arr.n > INT32_MAX - 1)
-		return tkv_errf(err, TKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries",
-				gname, (unsigned long long)toks->v.arr.n);
-	t->n_vocab = (int32_t)toks->v.arr.n;
-
-	if (gguf_find(g, "tokenizer.ggml.scores")) {
-		rc = gguf_get_arr(g, "tokenizer.ggml.scores", GGUF_TYPE_COUNT, &scores, err);
-		if (rc)
-			return rc;
-		if (scores->v.arr.type != GGUF_TYPE_FLOAT32 && scores->v.arr.type != GGUF_TYPE_FLOAT64 &&
-		    scores->v.arr.type != GGUF_TYPE_INT32)
-			return tkv_errf(err, TKV_ERR_FORMAT,
-					"%s: tokenizer.ggml.scores has element type %s, expected float32",
-					gname, gguf_type_name(scores->v.arr.type));
-		if (scores->v.arr.n < (uint64_t)t->n_vocab)
-			return tkv_errf(err, TKV_ERR_FORMAT,
-					"%s: tokenizer.ggml.scores has %llu entries, tokenizer.ggml.tokens has %d",
-					gname, (unsigned long long)scores->v.arr.n, t->n_vocab);
-	}
-	if (gguf_find(g, "tokenizer.ggml.token_type")) {
-		rc = gguf_get_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_COUNT, &types, err);
-		if (rc)
-			return rc;
-		switch (types->v.arr.type) {
-		case GGUF_TYPE_INT8: case GGUF_TYPE_UINT8: case GGUF_TYPE_INT16: case GGUF_TYPE_UINT16:
-		case GGUF_TYPE_INT32: case GGUF_TYPE_UINT32: case GGUF_TYPE_INT64: case GGUF_TYPE_UINT64:
-			break;
-		default:
-			return tkv_errf(err, TKV_ERR_FORMAT,
-					"%s: tokenizer.ggml.token_type has element type %s, expected int32",
-					gname, gguf_type_name(types->v.arr.type));
-		}
-		if (types->v.arr.n < (uint64_t)t->n_vocab)
-			return tkv_errf(err, TKV_ERR_FORMAT,
-					"%s: tokenizer.ggml.token_type has %llu entries, tokenizer.ggml.tokens has %d",
-					gname, (unsigned long long)types->v.arr.n, t->n_vocab);
-	}
-
 	for (i = 0; i < t->n_vocab; i++) {
 		uint64_t n = toks->v.arr.strs[i].len;
 
@@ -533,19 +559,7 @@ static int tok_load_vocab(struct tok *t, const struct gguf_file *g, struct tkv_e
 				sc = -INFINITY;
 		}
 		t->score[i] = (float)sc;
-
-		t->attr[i] = TOK_ATTR_NORMAL;
-		if (types) {
-			switch (gguf_arr_i64(types, (uint64_t)i)) {
-			case TOK_TYPE_NORMAL: t->attr[i] = TOK_ATTR_NORMAL; break;
-			case TOK_TYPE_UNKNOWN: t->attr[i] = TOK_ATTR_UNKNOWN; break;
-			case TOK_TYPE_CONTROL: t->attr[i] = TOK_ATTR_CONTROL; break;
-			case TOK_TYPE_USER_DEFINED: t->attr[i] = TOK_ATTR_USER_DEFINED; break;
-			case TOK_TYPE_UNUSED: t->attr[i] = TOK_ATTR_UNUSED; break;
-			case TOK_TYPE_BYTE: t->attr[i] = TOK_ATTR_BYTE; break;
-			default: t->attr[i] = TOK_ATTR_UNDEFINED; break;
-			}
-		}
+		t->attr[i] = types ? tok_attr_of(gguf_arr_i64(types, (uint64_t)i)) : TOK_ATTR_NORMAL;
 	}
 	t->off[t->n_vocab] = (uint32_t)pos;
 	return TKV_OK;
@@ -854,29 +868,15 @@ static int tok_build_specials(struct tok *t, const struct gguf_file *g, struct t
 	return TKV_OK;
 }
 
-int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
-	     struct tkv_error *err)
+/* The tokenizer's kind and defaults from tokenizer.ggml.model (and, for
+ * BPE, the pre-tokenizer from tokenizer.ggml.pre). */
+static int tok_set_kind(struct tok *t, const struct gguf_file *g, struct tkv_error *err)
 {
 	struct gguf_str model, pre = { 0, NULL };
-	struct tok *t;
-	size_t i;
 	int rc;
 
-	if (!out || !g)
-		return tkv_errf(err, TKV_ERR_ARG, "tok_init: out and g must not be NULL");
-	*out = NULL;
-
-	rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err);
-	if (rc)
+	if ((rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err)))
 		return rc;
-
-	t = tkv_calloc(a, 1, sizeof(*t));
-	if (!t)
-		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for the tokenizer");
-	t->a = a;
-	t->eot = -1;
-	t->eom = -1;
-
 	if (gguf_str_eq(model, "llama")) {
 		t->kind = TOK_SPM;
 		t->pre = TOK_PRE_NONE;
@@ -892,24 +892,19 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 		t->unk = -1;
 		t->add_bos = false;
 		t->add_space_prefix = false;
-		if (gguf_find(g, "tokenizer.ggml.pre")) {
-			rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
-			if (rc)
-				goto out_free;
-		}
+		if (gguf_find(g, "tokenizer.ggml.pre") && (rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, err)))
+			return rc;
 		if (pre.len == 0) {
 			t->pre = TOK_PRE_GPT2; /* llama.cpp: missing means "default" */
 		} else {
-			for (i = 0; i < TOK_ARRAY_SIZE(tok_pre_names); i++)
+			for (size_t i = 0; i < TOK_ARRAY_SIZE(tok_pre_names); i++)
 				if (gguf_str_eq(pre, tok_pre_names[i].name))
 					t->pre = tok_pre_names[i].pre;
-			if (t->pre == TOK_PRE_NONE) {
-				rc = tkv_errf(err, TKV_ERR_UNSUPPORTED,
-					      "%s: unsupported pre-tokenizer tokenizer.ggml.pre = \"%.*s\" "
-					      "(supported: default, gpt-2, llama3/llama-bpe, qwen2, qwen35)",
-					      gguf_name(g), (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
-				goto out_free;
-			}
+			if (t->pre == TOK_PRE_NONE)
+				return tkv_errf(err, TKV_ERR_UNSUPPORTED,
+						"%s: unsupported pre-tokenizer tokenizer.ggml.pre = \"%.*s\" "
+						"(supported: default, gpt-2, llama3/llama-bpe, qwen2, qwen35)",
+						gguf_name(g), (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 		}
 		if (t->pre == TOK_PRE_LLAMA3) {
 			t->ignore_merges = true;
@@ -927,26 +922,18 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 		t->add_bos = true;
 		t->add_space_prefix = false;
 	} else {
-		rc = tkv_errf(err, TKV_ERR_UNSUPPORTED,
-			      "%s: unsupported tokenizer.ggml.model = \"%.*s\" (supported: llama, gpt2, gemma4)",
-			      gguf_name(g), (int)(model.len > 64 ? 64 : model.len), model.ptr);
-		goto out_free;
+		return tkv_errf(err, TKV_ERR_UNSUPPORTED,
+				"%s: unsupported tokenizer.ggml.model = \"%.*s\" (supported: llama, gpt2, gemma4)",
+				gguf_name(g), (int)(model.len > 64 ? 64 : model.len), model.ptr);
 	}
 	tok_read_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
+	return TKV_OK;
+}
 
-	rc = tok_load_vocab(t, g, err);
-	if (rc)
-		goto out_free;
-	rc = tok_build_map(t, err);
-	if (rc)
-		goto out_free;
-	if (t->kind == TOK_BPE) {
-		rc = tok_load_merges(t, g, err);
-		if (rc)
-			goto out_free;
-	}
-
-	/* default ids outside the vocabulary are disabled, then keys override */
+/* The special ids: defaults outside the vocabulary are disabled, then the
+ * file's keys override; and the byte pieces (<0xXX>, else the raw byte). */
+static void tok_set_ids(struct tok *t, const struct gguf_file *g)
+{
 	if (t->bos >= t->n_vocab)
 		t->bos = -1;
 	if (t->eos >= t->n_vocab)
@@ -959,8 +946,7 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 	tok_read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
 	if (t->pre == TOK_PRE_GEMMA4)
 		t->add_bos = true;
-
-	for (i = 0; i < 256; i++) {
+	for (size_t i = 0; i < 256; i++) {
 		char hex[8];
 
 		snprintf(hex, sizeof hex, "<0x%02X>", (unsigned)i);
@@ -970,14 +956,29 @@ int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
 			t->byte_tok[i] = tok_lookup(t, hex, 1);
 		}
 	}
+}
 
-	rc = tok_build_specials(t, g, err);
-	if (rc)
-		goto out_free;
-	rc = tok_build_decoded(t, err);
-	if (rc)
-		goto out_free;
+int tok_init(struct tok **out, const struct gguf_file *g, struct tkv_alloc *a,
+	     struct tkv_error *err)
+{
+	struct tok *t;
+	int rc;
 
+	if (!out || !g)
+		return tkv_errf(err, TKV_ERR_ARG, "tok_init: out and g must not be NULL");
+	*out = NULL;
+	t = tkv_calloc(a, 1, sizeof(*t));
+	if (!t)
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for the tokenizer");
+	t->a = a;
+	t->eot = -1;
+	t->eom = -1;
+	if ((rc = tok_set_kind(t, g, err)) || (rc = tok_load_vocab(t, g, err)) || (rc = tok_build_map(t, err)) ||
+	    (t->kind == TOK_BPE && (rc = tok_load_merges(t, g, err))))
+		goto out_free;
+	tok_set_ids(t, g);
+	if ((rc = tok_build_specials(t, g, err)) || (rc = tok_build_decoded(t, err)))
+		goto out_free;
 	*out = t;
 	return TKV_OK;
 
