@@ -134,26 +134,172 @@ static int out_write(const char *s, size_t n)
 	return fwrite(s, 1, n, stdout) == n ? 0 : -1;
 }
 
+/* A run's handles and buffers (all freed by run_free). */
+struct run_state {
+	struct tkv_model *m;
+	struct tkv_engine *e;
+	struct tkv_seq *seq;
+	struct tkv_sampler *smp;
+	struct tkv_model_info info;
+	const struct tkv_vocab *voc;
+	struct tkv_detok ts;
+	char *piece;
+	size_t piece_cap;
+	int32_t *ids;
+	size_t n_prompt, n_gen;
+	float *logits;
+	struct tkv_error err;
+	int st;           /* the failed call's status, for the message */
+};
+
+static void run_free(struct run_state *r)
+{
+	free(r->ids);
+	free(r->piece);
+	free(r->logits);
+	tkv_sampler_free(r->smp);
+	tkv_seq_free(r->seq);
+	tkv_engine_free(r->e);
+	tkv_model_free(r->m);
+}
+
+/* Loads the model, the engine, a sequence and the sampler, and tokenizes the
+ * prompt into r->ids. Returns CLI_OK, CLI_USAGE, or CLI_ERR (r->st and
+ * r->err say why when a library call failed; otherwise it has printed why). */
+static int run_setup(struct run_state *r, struct run_opts *o, const char *prompt, size_t prompt_len)
+{
+	struct tkv_model_params mp = tkv_model_default_params();
+	uint32_t n_ctx;
+	int rc;
+
+	if ((r->st = tkv_model_load(&r->m, o->model, &mp, &r->err)))
+		return CLI_ERR;
+	tkv_model_get_info(r->m, &r->info);
+	if ((rc = cli_check_layer_plan("run", &o->ep, &r->info)))
+		return rc;
+	r->voc = tkv_model_vocab(r->m);
+	if ((r->st = tkv_engine_init(&r->e, r->m, &o->ep, &r->err)) || (r->st = tkv_seq_init(&r->seq, r->e, &r->err)) ||
+	    (r->st = tkv_sampler_init(&r->smp, &o->sp, (int32_t)r->info.n_vocab, NULL, &r->err)))
+		return CLI_ERR;
+	/* tokenize: ask for the size first, then encode */
+	tkv_vocab_tokenize(r->voc, prompt, prompt_len, tkv_vocab_add_bos(r->voc), true, NULL, 0, &r->n_prompt);
+	if (r->n_prompt == 0) {
+		fprintf(stderr, "tierkv run: the prompt is empty and the model has no BOS token to start from\n");
+		return CLI_USAGE;
+	}
+	r->ids = malloc(r->n_prompt * sizeof *r->ids);
+	r->logits = malloc((size_t)r->info.n_vocab * sizeof *r->logits);
+	r->piece_cap = tkv_detok_min_cap(r->voc);
+	r->piece = malloc(r->piece_cap);
+	if (!r->ids || !r->logits || !r->piece) {
+		fprintf(stderr, "tierkv run: out of memory\n");
+		return CLI_ERR;
+	}
+	if ((r->st = tkv_vocab_tokenize(r->voc, prompt, prompt_len, tkv_vocab_add_bos(r->voc), true, r->ids,
+					r->n_prompt, &r->n_prompt))) {
+		tkv_errf(&r->err, r->st, "cannot tokenize the prompt");
+		return CLI_ERR;
+	}
+	n_ctx = o->ep.n_ctx ? o->ep.n_ctx : r->info.n_ctx_train;
+	if (r->n_prompt >= n_ctx) {
+		fprintf(stderr, "tierkv run: the prompt is %zu tokens but the context holds %u "
+			"(leave room to generate; raise -c or shorten the prompt)\n", r->n_prompt, n_ctx);
+		return CLI_ERR;
+	}
+	return CLI_OK;
+}
+
+/* Writes a generated piece (without the leading space of the first one
+ * when there was no prompt). -1 when stdout fails. */
+static int run_emit(struct run_state *r, int32_t id, int *strip_space)
+{
+	int n = tkv_detok_push(r->voc, &r->ts, id, r->piece, r->piece_cap);
+	const char *p = r->piece;
+
+	if (n <= 0)
+		return 0;
+	if (*strip_space && *p == ' ') {
+		p++;
+		n--;
+	}
+	if (n > 0)
+		*strip_space = 0;
+	if (out_write(p, (size_t)n))
+		return -1;
+	fflush(stdout);
+	return 0;
+}
+
+/* Samples and decodes until -n, end of generation or a full context.
+ * CLI_OK, CLI_ERR with r->st set (a decode failed), or -1 (stdout failed). */
+static int run_generate(struct run_state *r, const struct run_opts *o, int strip_space)
+{
+	uint32_t n_ctx = o->ep.n_ctx ? o->ep.n_ctx : r->info.n_ctx_train;
+
+	while (o->n_predict < 0 || (long)r->n_gen < o->n_predict) {
+		int32_t id = tkv_sampler_sample(r->smp, r->logits);
+
+		if (tkv_vocab_is_eog(r->voc, id) && !o->ignore_eos)
+			break;
+		tkv_sampler_accept(r->smp, id);
+		r->n_gen++;
+		if (run_emit(r, id, &strip_space))
+			return -1;
+		if (tkv_seq_n_past(r->seq) >= n_ctx) {
+			fprintf(stderr, "\ntierkv: context of %u tokens is full; stopping\n", tkv_seq_n_past(r->seq));
+			break;
+		}
+		if (o->n_predict >= 0 && (long)r->n_gen >= o->n_predict)
+			break;
+		if ((r->st = tkv_seq_decode(r->seq, &id, 1, r->logits, 0, &r->err))) {
+			fflush(stdout);
+			fprintf(stderr, "\n");
+			return CLI_ERR;
+		}
+	}
+	{
+		int n = tkv_detok_flush(&r->ts, r->piece, r->piece_cap);
+
+		if (n > 0 && out_write(r->piece, (size_t)n))
+			return -1;
+	}
+	return fflush(stdout) ? -1 : CLI_OK;
+}
+
+/* The timing and cache lines on stderr (and --kv-stats). */
+static void run_report(struct run_state *r, const struct run_opts *o, double t0, double t1, double t2)
+{
+	struct tkv_kv_stats ks;
+	char b1[32], b2[32], b3[32], b4[32], b5[32];
+
+	tkv_engine_kv_stats(r->e, &ks);
+	fprintf(stderr, "\ntierkv: prefill %zu tokens in %.1f ms (%.1f tok/s) | decode %zu tokens in %.1f ms (%.1f tok/s)\n",
+		r->n_prompt, (t1 - t0) * 1e3, r->n_prompt / (t1 - t0), r->n_gen, (t2 - t1) * 1e3,
+		r->n_gen ? r->n_gen / (t2 - t1) : 0.0);
+	fprintf(stderr, "tierkv: KV %s allocated (%zu pages), %s used by %zu tokens, K+V data %s, budget %s | peak RSS %s\n",
+		cli_fmt_bytes(b1, sizeof b1, (double)ks.allocated), ks.n_pages,
+		cli_fmt_bytes(b2, sizeof b2, (double)ks.used), ks.n_tokens,
+		cli_fmt_bytes(b3, sizeof b3, (double)ks.kv_bytes),
+		ks.budget ? cli_fmt_bytes(b4, sizeof b4, (double)ks.budget) : "unlimited",
+		cli_fmt_bytes(b5, sizeof b5, (double)cli_peak_rss()));
+	if (o->kv_stats) {
+		struct tkv_kv_layer_plan lp;
+
+		cli_print_kv_stats(stderr, &ks, ks.n_tokens * tkv_model_kv_bytes_per_token(r->m));
+		tkv_seq_layer_plan(r->seq, &lp);
+		cli_print_layer_plan(stderr, &lp);
+	}
+}
+
 int cli_run(int argc, char **argv)
 {
 	struct run_opts o;
-	struct tkv_model_params mp = tkv_model_default_params();
-	struct tkv_model *m = NULL;
-	struct tkv_engine *e = NULL;
-	struct tkv_seq *seq = NULL;
-	struct tkv_sampler *smp = NULL;
-	struct tkv_error err = { 0 };
-	struct tkv_model_info info;
-	struct tkv_detok ts = { { 0 }, 0 };
-	const struct tkv_vocab *voc;
-	char *prompt_buf = NULL, *piece = NULL;
-	size_t piece_cap = 0;
+	struct run_state r = { 0 };
+	char *prompt_buf = NULL;
 	const char *prompt = "";
-	size_t prompt_len = 0, n_prompt = 0, n_gen = 0;
-	int32_t *ids = NULL;
-	float *logits = NULL;
-	double t0, t1, t2;
-	int rc = CLI_ERR, st, strip_space;
+	size_t prompt_len = 0;
+	double t0, t1;
+	int rc, st;
 
 	st = parse(argc, argv, &o);
 	if (st == -1)
@@ -172,143 +318,33 @@ int cli_run(int argc, char **argv)
 		prompt = o.prompt;
 		prompt_len = strlen(prompt);
 	}
-
-	if ((st = tkv_model_load(&m, o.model, &mp, &err)))
-		goto fail;
-	tkv_model_get_info(m, &info);
-	if ((rc = cli_check_layer_plan("run", &o.ep, &info)))
+	if ((rc = run_setup(&r, &o, prompt, prompt_len)))
 		goto out;
-	rc = CLI_ERR;
-	voc = tkv_model_vocab(m);
-	if ((st = tkv_engine_init(&e, m, &o.ep, &err)) || (st = tkv_seq_init(&seq, e, &err)) ||
-	    (st = tkv_sampler_init(&smp, &o.sp, (int32_t)info.n_vocab, NULL, &err)))
-		goto fail;
-
-	/* tokenize: ask for the size first, then encode */
-	tkv_vocab_tokenize(voc, prompt, prompt_len, tkv_vocab_add_bos(voc), true, NULL, 0, &n_prompt);
-	if (n_prompt == 0) {
-		fprintf(stderr, "tierkv run: the prompt is empty and the model has no BOS token to start from\n");
-		rc = CLI_USAGE;
-		goto out;
-	}
-	ids = malloc(n_prompt * sizeof *ids);
-	logits = malloc((size_t)info.n_vocab * sizeof *logits);
-	piece_cap = tkv_detok_min_cap(voc);
-	piece = malloc(piece_cap);
-	if (!ids || !logits || !piece) {
-		fprintf(stderr, "tierkv run: out of memory\n");
-		goto out;
-	}
-	if ((st = tkv_vocab_tokenize(voc, prompt, prompt_len, tkv_vocab_add_bos(voc), true, ids, n_prompt, &n_prompt))) {
-		tkv_errf(&err, st, "cannot tokenize the prompt");
-		goto fail;
-	}
-	{
-		uint32_t n_ctx = o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train;
-
-		if (n_prompt >= n_ctx) {
-			fprintf(stderr, "tierkv run: the prompt is %zu tokens but the context holds %u "
-				"(leave room to generate; raise -c or shorten the prompt)\n", n_prompt, n_ctx);
-			goto out;
-		}
-	}
 	if (!o.seed_set && o.sp.temp > 0)
 		fprintf(stderr, "tierkv: seed %llu\n", (unsigned long long)o.sp.seed);
-
-	if (out_write(prompt, prompt_len))
-		goto write_fail;
+	if (out_write(prompt, prompt_len)) {
+		rc = -1;
+		goto out;
+	}
 	fflush(stdout);
-	strip_space = prompt_len == 0;
-	for (size_t i = 0; i < n_prompt; i++)
-		tkv_sampler_accept(smp, ids[i]);
-
+	for (size_t i = 0; i < r.n_prompt; i++)
+		tkv_sampler_accept(r.smp, r.ids[i]);
 	t0 = cli_now();
-	if ((st = tkv_seq_decode(seq, ids, n_prompt, logits, 0, &err)))
-		goto fail;
+	if ((r.st = tkv_seq_decode(r.seq, r.ids, r.n_prompt, r.logits, 0, &r.err))) {
+		rc = CLI_ERR;
+		goto out;
+	}
 	t1 = cli_now();
-	while (o.n_predict < 0 || (long)n_gen < o.n_predict) {
-		int32_t id = tkv_sampler_sample(smp, logits);
-		int n;
-
-		if (tkv_vocab_is_eog(voc, id) && !o.ignore_eos)
-			break;
-		tkv_sampler_accept(smp, id);
-		n_gen++;
-		n = tkv_detok_push(voc, &ts, id, piece, piece_cap);
-		if (n > 0) {
-			const char *p = piece;
-
-			if (strip_space && *p == ' ') {
-				p++;
-				n--;
-			}
-			if (n > 0)
-				strip_space = 0;
-			if (out_write(p, (size_t)n))
-				goto write_fail;
-			fflush(stdout);
-		}
-		if (tkv_seq_n_past(seq) >= (o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train)) {
-			fprintf(stderr, "\ntierkv: context of %u tokens is full; stopping\n", tkv_seq_n_past(seq));
-			break;
-		}
-		if (o.n_predict >= 0 && (long)n_gen >= o.n_predict)
-			break;
-		if ((st = tkv_seq_decode(seq, &id, 1, logits, 0, &err))) {
-			fflush(stdout);
-			fprintf(stderr, "\n");
-			goto fail;
-		}
-	}
-	{
-		int n = tkv_detok_flush(&ts, piece, piece_cap);
-
-		if (n > 0 && out_write(piece, (size_t)n))
-			goto write_fail;
-	}
-	if (fflush(stdout))
-		goto write_fail;
-	t2 = cli_now();
-	{
-		struct tkv_kv_stats ks;
-		char b1[32], b2[32], b3[32], b4[32], b5[32];
-
-		tkv_engine_kv_stats(e, &ks);
-		fprintf(stderr, "\ntierkv: prefill %zu tokens in %.1f ms (%.1f tok/s) | decode %zu tokens in %.1f ms (%.1f tok/s)\n",
-			n_prompt, (t1 - t0) * 1e3, n_prompt / (t1 - t0), n_gen, (t2 - t1) * 1e3,
-			n_gen ? n_gen / (t2 - t1) : 0.0);
-		fprintf(stderr, "tierkv: KV %s allocated (%zu pages), %s used by %zu tokens, K+V data %s, budget %s | peak RSS %s\n",
-			cli_fmt_bytes(b1, sizeof b1, (double)ks.allocated), ks.n_pages,
-			cli_fmt_bytes(b2, sizeof b2, (double)ks.used), ks.n_tokens,
-			cli_fmt_bytes(b3, sizeof b3, (double)ks.kv_bytes),
-			ks.budget ? cli_fmt_bytes(b4, sizeof b4, (double)ks.budget) : "unlimited",
-			cli_fmt_bytes(b5, sizeof b5, (double)cli_peak_rss()));
-		if (o.kv_stats) {
-			struct tkv_kv_layer_plan lp;
-
-			cli_print_kv_stats(stderr, &ks, ks.n_tokens * tkv_model_kv_bytes_per_token(m));
-			tkv_seq_layer_plan(seq, &lp);
-			cli_print_layer_plan(stderr, &lp);
-		}
-	}
-	rc = CLI_OK;
-	goto out;
-
-write_fail:
-	fprintf(stderr, "tierkv run: cannot write to standard output\n");
-	rc = CLI_ERR;
-	goto out;
-fail:
-	fprintf(stderr, "tierkv run: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
-	rc = CLI_ERR;
+	if ((rc = run_generate(&r, &o, prompt_len == 0)) == CLI_OK)
+		run_report(&r, &o, t0, t1, cli_now());
 out:
-	free(ids);
-	free(piece);
-	free(logits);
+	if (rc == -1) {
+		fprintf(stderr, "tierkv run: cannot write to standard output\n");
+		rc = CLI_ERR;
+	} else if (rc == CLI_ERR && r.st) {
+		fprintf(stderr, "tierkv run: %s\n", r.err.msg[0] ? r.err.msg : tkv_status_str(r.st));
+	}
+	run_free(&r);
 	free(prompt_buf);
-	tkv_sampler_free(smp);
-	tkv_seq_free(seq);
-	tkv_engine_free(e);
-	tkv_model_free(m);
 	return rc;
 }
