@@ -65,6 +65,12 @@ if grep -q "governor runs [1-9]" "$tmp/err"; then pass=$((pass + 1)); else echo 
 # 100 tokens; 2K cannot hold the first token's pages)
 expect 1 "budget" run -m "$model" --temp 0 -n 100 --kv-mem 2K
 expect 0 "" run -m "$model" --temp 0 -n 100 --kv-mem 24K
+# a standard output that cannot be written (a full disk) is an error
+if [ -w /dev/full ]; then
+	if "$bin" run -m "$model" --temp 0 -n 20 >/dev/full 2>"$tmp/err" </dev/null; then
+		bad "tierkv run >/dev/full: exit 0, want 1"
+	elif grep -q "cannot write" "$tmp/err"; then ok; else bad "tierkv run >/dev/full: $(head -c 300 "$tmp/err")"; fi
+fi
 
 # success paths of the other commands
 expect 0 "" tokenize -m "$model" -p "Hello world" --ids

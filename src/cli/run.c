@@ -224,9 +224,8 @@ static int run_emit(struct run_state *r, int32_t id, int *strip_space)
 	}
 	if (n > 0)
 		*strip_space = 0;
-	if (out_write(p, (size_t)n))
+	if (out_write(p, (size_t)n) || fflush(stdout))
 		return -1;
-	fflush(stdout);
 	return 0;
 }
 
@@ -263,7 +262,7 @@ static int run_generate(struct run_state *r, const struct run_opts *o, int strip
 		if (n > 0 && out_write(r->piece, (size_t)n))
 			return -1;
 	}
-	return fflush(stdout) ? -1 : CLI_OK;
+	return fflush(stdout) || ferror(stdout) ? -1 : CLI_OK;
 }
 
 /* The timing and cache lines on stderr (and --kv-stats). */
@@ -322,11 +321,10 @@ int cli_run(int argc, char **argv)
 		goto out;
 	if (!o.seed_set && o.sp.temp > 0)
 		fprintf(stderr, "tierkv: seed %llu\n", (unsigned long long)o.sp.seed);
-	if (out_write(prompt, prompt_len)) {
+	if (out_write(prompt, prompt_len) || fflush(stdout)) {
 		rc = -1;
 		goto out;
 	}
-	fflush(stdout);
 	for (size_t i = 0; i < r.n_prompt; i++)
 		tkv_sampler_accept(r.smp, r.ids[i]);
 	t0 = cli_now();
