@@ -1239,6 +1239,35 @@ static void tok_spm_try_pair(struct tok_enc *e, int32_t l, int32_t r)
 	tok_heap_push(e, &b, false);
 }
 
+static void tok_bpe_try_pair(struct tok_enc *e, int32_t l, int32_t r);
+
+/* Merges the word's n_sym symbols, best pair first (SPM: highest score;
+ * BPE: lowest merge rank), until no candidate pair is left. */
+static void tok_merge(struct tok_enc *e, int32_t n_sym, bool bpe)
+{
+	void (*try_pair)(struct tok_enc *, int32_t, int32_t) = bpe ? tok_bpe_try_pair : tok_spm_try_pair;
+
+	for (int32_t s = 1; s < n_sym; s++)
+		try_pair(e, s - 1, s);
+	while (e->n_heap > 0) {
+		struct tok_bigram b;
+		struct tok_sym *l, *r;
+
+		tok_heap_pop(e, &b, bpe);
+		l = &e->sym[b.left];
+		r = &e->sym[b.right];
+		if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
+			continue;
+		l->n += r->n;
+		r->n = 0;
+		l->next = r->next;
+		if (r->next >= 0)
+			e->sym[r->next].prev = b.left;
+		try_pair(e, l->prev, b.left);
+		try_pair(e, b.left, l->next);
+	}
+}
+
 /* Encodes text[0, len) (one raw fragment) with the SPM algorithm. */
 static int tok_spm_fragment(struct tok_enc *e, const char *text, size_t len, bool prefix)
 {
@@ -1273,26 +1302,7 @@ static int tok_spm_fragment(struct tok_enc *e, const char *text, size_t len, boo
 	rc = tok_split_symbols(e, elen, &n_sym);
 	if (rc)
 		return rc;
-	for (s = 1; s < n_sym; s++)
-		tok_spm_try_pair(e, s - 1, s);
-
-	while (e->n_heap > 0) {
-		struct tok_bigram b;
-		struct tok_sym *l, *r;
-
-		tok_heap_pop(e, &b, false);
-		l = &e->sym[b.left];
-		r = &e->sym[b.right];
-		if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
-			continue;
-		l->n += r->n;
-		r->n = 0;
-		l->next = r->next;
-		if (r->next >= 0)
-			e->sym[r->next].prev = b.left;
-		tok_spm_try_pair(e, l->prev, b.left);
-		tok_spm_try_pair(e, b.left, l->next);
-	}
+	tok_merge(e, n_sym, false);
 
 	for (s = 0; s != -1; s = e->sym[s].next) {
 		const struct tok_sym *sy = &e->sym[s];
@@ -1490,26 +1500,7 @@ static int tok_bpe_word(struct tok_enc *e, size_t from, size_t to)
 	rc = tok_split_symbols(e, len, &n_sym);
 	if (rc)
 		return rc;
-	for (s = 1; s < n_sym; s++)
-		tok_bpe_try_pair(e, s - 1, s);
-
-	while (e->n_heap > 0) {
-		struct tok_bigram b;
-		struct tok_sym *l, *r;
-
-		tok_heap_pop(e, &b, true);
-		l = &e->sym[b.left];
-		r = &e->sym[b.right];
-		if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
-			continue;
-		l->n += r->n;
-		r->n = 0;
-		l->next = r->next;
-		if (r->next >= 0)
-			e->sym[r->next].prev = b.left;
-		tok_bpe_try_pair(e, l->prev, b.left);
-		tok_bpe_try_pair(e, b.left, l->next);
-	}
+	tok_merge(e, n_sym, true);
 
 	for (s = 0; s != -1 && n_sym > 0; s = e->sym[s].next) {
 		const struct tok_sym *sy = &e->sym[s];
