@@ -279,7 +279,6 @@ size_t kv_seq_reserve_bytes(const struct kv_seq *s, uint32_t n_new)
 	for (size_t i = 0; i < n_streams; i++) {
 		const struct kv_stream *st = &s->streams[i];
 		uint32_t n_full, tail;
-
 		bool wide = st->wide || needs_wide(s, n_new);
 
 		grow_plan(s, st, n_new, &n_full, &tail);
