@@ -16,7 +16,10 @@ Checks, in order:
      that sequence with non-zero warm/cold tiers, every layer's bar non-zero,
      the budget gauge against --kv-mem, governor runs and their events;
   5. Stop ends a streaming reply: the message is marked stopped, its partial
-     text kept, Send usable again.
+     text kept, Send usable again;
+  6. a prompt longer than the context shows the server's 400 message;
+  7. the browser's console holds no error (but the 401 of step 1 and the
+     400 of step 6).
 Prints what it saw; exits 1 at the first failed check."""
 import argparse
 import base64
@@ -235,12 +238,25 @@ def test_stop(d, a):
     raise Fail("five replies ended before Stop could end them")
 
 
+def test_error(d):
+    """A request the server refuses shows its error, and the page goes on."""
+    d.click("#clear")
+    d.js("document.getElementById('prompt').value = arguments[0];", LONG_PROMPT * 3)
+    d.click("#send")
+    st = d.wait("the error", "const m = document.querySelector('.msg.assistant:last-child');"
+                "return m && m.dataset.state !== 'streaming' && [m.dataset.state, m.querySelector('.meta').textContent,"
+                "document.getElementById('send').disabled]", 30)
+    check(st[0] == "error" and st[1].startswith("400: ") and "context" in st[1] and not st[2],
+          f"a prompt longer than the context shows the server's error: {st[1]!r}")
+
+
 def test_console(d):
     """No script error on the page: the browser's console holds nothing severe
-    but the 401 the key check provoked on purpose."""
+    but the 401 and the 400 provoked on purpose."""
     log = d.s("POST", "/se/log", {"type": "browser"}) or []
-    bad = [e["message"] for e in log if e.get("level") == "SEVERE" and "status of 401" not in e.get("message", "")]
-    check(not bad, f"the browser console: {len(log)} entries, no error but the expected 401 ({bad[:3]})")
+    expected = ("status of 401", "status of 400")
+    bad = [e["message"] for e in log if e.get("level") == "SEVERE" and not any(x in e.get("message", "") for x in expected)]
+    check(not bad, f"the browser console: {len(log)} entries, no error but the expected 401 and 400 ({bad[:3]})")
 
 
 def main():
@@ -266,6 +282,7 @@ def main():
         if a.screenshot:
             print(f"     screenshot: {a.screenshot}, {d.screenshot(a.screenshot)} bytes", flush=True)
         test_stop(d, a)
+        test_error(d)
         test_console(d)
         print("PASS", flush=True)
         return 0

@@ -17,6 +17,7 @@ const tierkv = (() => {
   let busy = null;           // {controller, el} while a reply streams
   let pollTimer = 0, polling = false, needKey = false;
   const seenEvents = new Set();
+  let lastEventId = 0;
   const lastCounters = {};
 
   // ---- formatting -------------------------------------------------------------------------
@@ -170,7 +171,9 @@ const tierkv = (() => {
         setMeta(m, String(e.message || e));
       }
     }
-    if (reply) convo.push({ role: 'assistant', content: reply }); else if (m.dataset.state !== 'error') convo.pop();
+    // a reply (whole or stopped) joins the conversation; without one, the
+    // message it answered leaves it too (it stays on the page, to send again)
+    if (reply) convo.push({ role: 'assistant', content: reply }); else convo.pop();
     setBusy(null);
   }
   function stop() { if (busy) busy.controller.abort(); }
@@ -280,6 +283,9 @@ const tierkv = (() => {
 
   function renderEvents(c) {
     const ol = $('events');
+    const newest = c.events.length ? c.events[c.events.length - 1].id : 0;
+    if (newest < lastEventId) { seenEvents.clear(); ol.replaceChildren(); } // a restarted server
+    lastEventId = newest;
     for (const e of c.events) {
       if (seenEvents.has(e.id)) continue;
       seenEvents.add(e.id);
