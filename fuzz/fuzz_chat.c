@@ -19,7 +19,7 @@
  *    it ends with the assistant's generation prompt (the [INST] families:
  *    after a user turn);
  *  - for the families whose turns stand alone (chatml without Qwen3's think
- *    blocks, llama-3, gemma-4, mistral-v7, zephyr, plain) the rendering of all
+ *    blocks, llama-3, gemma-4, mistral-v7, phi-4, zephyr, plain) the rendering of all
  *    but the last message without the generation prompt is a prefix of the
  *    full rendering (unless that message is the leading system one);
  *  - the output tokenizes with special tokens parsed, as the server does,
@@ -113,8 +113,9 @@ static const char *gen_prompt(const struct tkv_chat_template *t, const struct tk
 	case TKV_CHAT_PHI3: return (t->flags & TKV_CHAT_USER_OPENS) && !user_last ? "" : "<|assistant|>\n";
 	case TKV_CHAT_GEMMA: return "<start_of_turn>model\n";
 	case TKV_CHAT_GEMMA4: return "<|turn>model\n<|channel>thought\n<channel|>";
-	case TKV_CHAT_LLAMA2:
-	case TKV_CHAT_MISTRAL: return user_last ? " [/INST]" : "";
+	case TKV_CHAT_LLAMA2: return user_last ? " [/INST]" : "";
+	case TKV_CHAT_PHI4: return (t->flags & TKV_CHAT_USER_OPENS) && !user_last ? "" : "<|im_start|>assistant<|im_sep|>";
+	case TKV_CHAT_MISTRAL:
 	case TKV_CHAT_MISTRAL_NEMO:
 	case TKV_CHAT_MISTRAL_V7: return user_last ? "[/INST]" : "";
 	default: return "Assistant:";
@@ -176,7 +177,8 @@ static const char *visible(const struct tkv_chat_template *t, const struct tkv_c
 	bool sys = !strcmp(m->role, "system"), asst = !strcmp(m->role, "assistant");
 
 	*n = m->content_len;
-	if ((sys && (t->family == TKV_CHAT_PHI3 || t->family == TKV_CHAT_MISTRAL_NEMO)) ||
+	if ((sys && (t->family == TKV_CHAT_PHI3 || t->family == TKV_CHAT_MISTRAL_NEMO ||
+		     t->family == TKV_CHAT_MISTRAL)) ||
 	    (asst && (t->flags & TKV_CHAT_THINK)))
 		return NULL;
 	if (trims) {
@@ -214,7 +216,7 @@ static void check_render(const struct tkv_chat_template *t, const struct tkv_cha
 	/* (a leading system message alone stands for the default one: not a turn) */
 	if (n >= 1 && !(n == 1 && !strcmp(m[0].role, "system")) && (t->family == TKV_CHAT_LLAMA3 || t->family == TKV_CHAT_GEMMA4 ||
 		       t->family == TKV_CHAT_MISTRAL_V7 || t->family == TKV_CHAT_ZEPHYR ||
-		       t->family == TKV_CHAT_PLAIN || (t->family == TKV_CHAT_CHATML && !(t->flags & TKV_CHAT_THINK)))) {
+		       t->family == TKV_CHAT_PLAIN || t->family == TKV_CHAT_PHI4 || (t->family == TKV_CHAT_CHATML && !(t->flags & TKV_CHAT_THINK)))) {
 		struct buf head = render(t, m, n - 1, false);
 
 		CHECK(head.len <= out.len && !memcmp(head.p, out.p, head.len));

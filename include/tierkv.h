@@ -498,7 +498,7 @@ enum tkv_chat_family {
 	TKV_CHAT_PLAIN = 0,   /* no template: "System: ...\nUser: ...\nAssistant:" */
 	TKV_CHAT_CHATML,      /* Qwen 2/2.5/3, ...: <|im_start|>role\n...<|im_end|>\n */
 	TKV_CHAT_LLAMA2,      /* [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] */
-	TKV_CHAT_MISTRAL,     /* Mistral v1: [INST] system\n\nuser [/INST] */
+	TKV_CHAT_MISTRAL,     /* Mistral 7B v0.1-v0.2: [INST] system\n\nuser [/INST]reply</s> */
 	TKV_CHAT_MISTRAL_NEMO,/* [INST]user[/INST]; the system text opens the last user turn */
 	TKV_CHAT_MISTRAL_V7,  /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST] (Small 3, Devstral) */
 	TKV_CHAT_LLAMA3,      /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
@@ -506,6 +506,7 @@ enum tkv_chat_family {
 	TKV_CHAT_PHI3,        /* <|role|>\n...<|end|>\n (Phi-3, Phi-3.5) */
 	TKV_CHAT_GEMMA,       /* Gemma 2/3: <start_of_turn>user\n...<end_of_turn>\n, system in the first turn */
 	TKV_CHAT_GEMMA4,      /* Gemma 4: <|turn>role\n...<turn|>\n */
+	TKV_CHAT_PHI4,        /* Phi-4: <|im_start|>role<|im_sep|>...<|im_end|> */
 	TKV_CHAT_FAMILY_COUNT
 };
 
@@ -513,9 +514,14 @@ enum tkv_chat_family {
 #define TKV_CHAT_DATE_HEADER   0x1u /* llama-3: the 3.1+ system header with "Cutting Knowledge Date" */
 #define TKV_CHAT_THINK         0x2u /* chatml: Qwen3's <think> blocks (dropped from history) */
 #define TKV_CHAT_NO_SYSTEM     0x4u /* phi-3: the template ignores system messages (Phi-3-mini) */
-#define TKV_CHAT_USER_OPENS    0x8u /* phi-3: each user turn ends with <|assistant|>\n (Phi-3-mini) */
+#define TKV_CHAT_USER_OPENS    0x8u /* phi-3, phi-4: each user turn opens the reply (no generation prompt) */
 #define TKV_CHAT_EOS_AT_END    0x10u /* phi-3: eos_token closes a conversation without a generation prompt */
 #define TKV_CHAT_SYS_TAGS      0x20u /* llama-2: the <<SYS>> block */
+/* mistral, mistral-v7: the spaces around the tags, as the template writes them */
+#define TKV_CHAT_INST_LEAD     0x40u /* " [INST]" */
+#define TKV_CHAT_INST_SPACE    0x80u /* "[INST] ", "[SYSTEM_PROMPT] " */
+#define TKV_CHAT_CLOSE_SPACE   0x100u /* " [/INST]" */
+#define TKV_CHAT_REPLY_SPACE   0x200u /* a space before each reply */
 
 struct tkv_chat_template {
 	enum tkv_chat_family family;

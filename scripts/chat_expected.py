@@ -7,6 +7,8 @@ lstrip_blocks, loopcontrols, raise_exception).
 The templates are read where they are, never copied into this repository:
   vocab:NAME     tokenizer.chat_template of ../shared/vocab/NAME (a GGUF)
   llamacpp:NAME  llama.cpp's models/templates/NAME (a Jinja file)
+  llamacpp-test:NAME  the template_str of the case NAME in llama.cpp's
+                 tests/test-chat-template.cpp (a C++ string literal)
 tests/test_chat.c reads the same sources, checks the family tierkv detects,
 and compares tkv_chat_render byte for byte with the strings written here.
 
@@ -53,6 +55,12 @@ CONVERSATIONS = {
         {"role": "assistant", "content": "\nHello!  "},
         {"role": "user", "content": "Again? "},
     ],
+    # whitespace, no system prompt (templates that refuse one)
+    "ws2nosys": [
+        {"role": "user", "content": "  Hi\tthere!\n\n"},
+        {"role": "assistant", "content": "\nHello!  "},
+        {"role": "user", "content": "Again? "},
+    ],
     # a reply that thought first (reasoning templates drop it from history)
     "think2": [
         {"role": "system", "content": "You are a terse assistant."},
@@ -88,6 +96,19 @@ CASES = [
      ["sys2", "sys1done", "ws2"]),
     ("llamacpp:unsloth-mistral-Devstral-Small-2507.jinja", "mistral-v7", "<s>", "</s>",
      ["sys2", "sys1done", "ws2"]),
+    ("llamacpp-test:Llama-3", "llama-3", "<|begin_of_text|>", "<|eot_id|>", ["sys2", "nosys2", "ws2"]),
+    ("llamacpp-test:google/gemma-7b-it", "gemma", "<bos>", "<eos>", ["nosys2", "ws2nosys"]),
+    ("llamacpp-test:Phi-3-mini", "phi-3", "<s>", "<|endoftext|>", ["sys2", "nosys2", "sys1done"]),
+    ("llamacpp-test:Phi-3-small", "phi-3", "<s>", "<|endoftext|>", ["sys2", "nosys2", "sys1done"]),
+    ("llamacpp-test:Phi-3-medium", "phi-3", "<s>", "<|endoftext|>", ["sys2", "nosys2", "sys1done"]),
+    ("llamacpp-test:Phi-3-vision", "phi-3", "<s>", "<|endoftext|>", ["sys2", "nosys2"]),
+    ("llamacpp-test:phi-4", "phi-4", "", "<|im_end|>", ["sys2", "nosys2", "sys1done"]),
+    ("llamacpp-test:mistralai/Mistral-7B-Instruct-v0.2 (NOTE: Old pre-v1 without a system prompt)", "mistral",
+     "<s>", "</s>", ["nosys2", "ws2nosys"]),
+    ("llamacpp-test:mistralai/Mistral-7B-Instruct-v0.2 (mistralai 'v1' template with a system prompt)", "mistral",
+     "<s>", "</s>", ["sys2", "nosys2", "sys1done"]),
+    ("llamacpp-test:mistralai/Mistral-Large-Instruct-2411 (mistralai 'v7' template)", "mistral-v7",
+     "<s>", "</s>", ["sys2", "nosys2", "sys1done"]),
 ]
 
 
@@ -130,10 +151,35 @@ def gguf_chat_template(path):
     return None
 
 
+def cpp_test_template(path, name):
+    """The template_str literal of the test case named name in a
+    test-chat-template.cpp (one C++ string literal, maybe in U8C(...))."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    at = text.index('/* .name= */ "%s",' % name.replace('"', '\\"'))
+    at = text.index("/* .template_str= */ ", at) + len("/* .template_str= */ ")
+    if text.startswith("U8C(", at):
+        at += 4
+    if text[at] != '"':
+        raise ValueError("%s: template of %s is not a string literal" % (path, name))
+    out, i = [], at + 1
+    esc = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'"}
+    while text[i] != '"':
+        if text[i] == "\\":
+            out.append(esc[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def template_text(source, vocab_dir, llamacpp_dir):
     kind, name = source.split(":", 1)
     if kind == "vocab":
         return gguf_chat_template(os.path.join(vocab_dir, name))
+    if kind == "llamacpp-test":
+        return cpp_test_template(os.path.join(llamacpp_dir, "..", "..", "tests", "test-chat-template.cpp"), name)
     with open(os.path.join(llamacpp_dir, name), encoding="utf-8") as f:
         return f.read()
 

@@ -34,8 +34,54 @@ static json_t *expected(void)
 	return doc;
 }
 
-/* The template text of a source "vocab:NAME" or "llamacpp:NAME" (malloc'd), or
- * NULL when the llama.cpp file is absent. */
+static const char *templates_dir(void)
+{
+	const char *dir = getenv("TIERKV_CHAT_TEMPLATES");
+
+	return dir && *dir ? dir : "../llamacpp/models/templates";
+}
+
+/* The template_str of the test case name in llama.cpp's
+ * tests/test-chat-template.cpp: one C++ string literal (maybe inside U8C()),
+ * unescaped (malloc'd), or NULL when the file or the case is absent. */
+static char *cpp_test_template(const char *name, size_t *len)
+{
+	char path[4096], key[512], *file, *out;
+	const char *p;
+	size_t n = 0;
+
+	snprintf(path, sizeof path, "%s/../../tests/test-chat-template.cpp", templates_dir());
+	snprintf(key, sizeof key, "/* .name= */ \"%s\",", name);
+	if (!(file = tu_read_file(path, NULL)))
+		return NULL;
+	if (!(p = strstr(file, key)) || !(p = strstr(p, "/* .template_str= */ "))) {
+		free(file);
+		return NULL;
+	}
+	p += strlen("/* .template_str= */ ");
+	if (!strncmp(p, "U8C(", 4))
+		p += 4;
+	assert_int_equal(*p++, '"');
+	out = malloc(strlen(p) + 1);
+	assert_non_null(out);
+	for (; *p && *p != '"'; p++) {
+		char c = *p;
+
+		if (c == '\\') {
+			c = *++p;
+			c = c == 'n' ? '\n' : c == 't' ? '\t' : c;
+		}
+		out[n++] = c;
+	}
+	assert_int_equal(*p, '"');
+	out[n] = 0;
+	*len = n;
+	free(file);
+	return out;
+}
+
+/* The template text of a source "vocab:NAME", "llamacpp:NAME" or
+ * "llamacpp-test:NAME" (malloc'd), or NULL when the llama.cpp file is absent. */
 static char *template_text(const char *source, size_t *len)
 {
 	char path[4096];
@@ -55,10 +101,10 @@ static char *template_text(const char *source, size_t *len)
 		gguf_close(g);
 		return text;
 	}
+	if (!strncmp(source, "llamacpp-test:", 14))
+		return cpp_test_template(source + 14, len);
 	assert_true(!strncmp(source, "llamacpp:", 9));
-	snprintf(path, sizeof path, "%s/%s",
-		 getenv("TIERKV_CHAT_TEMPLATES") ? getenv("TIERKV_CHAT_TEMPLATES") : "../llamacpp/models/templates",
-		 source + 9);
+	snprintf(path, sizeof path, "%s/%s", templates_dir(), source + 9);
 	if (access(path, R_OK))
 		return NULL;
 	return tu_read_file(path, len);
@@ -141,6 +187,7 @@ static void test_llamacpp_templates(void **state)
 {
 	(void)state;
 	assert_true(run_cases("llamacpp:") > 0);
+	assert_true(run_cases("llamacpp-test:") > 0);
 }
 
 /* Defaults the templates carry, as detected. */
@@ -164,6 +211,9 @@ static void test_detect_details(void **state)
 	assert_string_equal(tkv_chat_template_name(&t), "llama-2");
 	assert_int_equal(tkv_chat_template_detect(&t, "'[INST] ' + x", 13), TKV_OK);
 	assert_string_equal(tkv_chat_template_name(&t), "mistral");
+	assert_int_equal(t.flags, TKV_CHAT_INST_SPACE);
+	assert_int_equal(tkv_chat_template_detect(&t, "[INST] loop.last and system_message", 35), TKV_OK);
+	assert_string_equal(tkv_chat_template_name(&t), "mistral-nemo");
 	assert_int_equal(tkv_chat_template_detect(&t, "<|user|>\n", 9), TKV_OK);
 	assert_string_equal(tkv_chat_template_name(&t), "zephyr");
 }
@@ -217,14 +267,14 @@ int main(void)
 	const struct CMUnitTest llamacpp[] = {
 		cmocka_unit_test(test_llamacpp_templates),
 	};
-	const char *part = getenv("TKV_CHAT_PART"), *dir = getenv("TIERKV_CHAT_TEMPLATES");
+	const char *part = getenv("TKV_CHAT_PART");
 	char probe[4096];
 
 	if (part && !strcmp(part, "llamacpp")) {
-		snprintf(probe, sizeof probe, "%s/README.md", dir ? dir : "../llamacpp/models/templates");
+		snprintf(probe, sizeof probe, "%s/README.md", templates_dir());
 		if (access(probe, R_OK)) {
 			printf("llama.cpp's templates are not in %s (set TIERKV_CHAT_TEMPLATES): skipped\n",
-			       dir ? dir : "../llamacpp/models/templates");
+			       templates_dir());
 			return 77;
 		}
 		return cmocka_run_group_tests(llamacpp, NULL, NULL);

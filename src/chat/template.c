@@ -26,6 +26,7 @@ static const char *const family_names[TKV_CHAT_FAMILY_COUNT] = {
 	[TKV_CHAT_PHI3] = "phi-3",
 	[TKV_CHAT_GEMMA] = "gemma",
 	[TKV_CHAT_GEMMA4] = "gemma-4",
+	[TKV_CHAT_PHI4] = "phi-4",
 };
 
 /* The variant a family gets by name: the one most GGUFs carry today. */
@@ -33,11 +34,13 @@ static const unsigned family_flags[TKV_CHAT_FAMILY_COUNT] = {
 	[TKV_CHAT_LLAMA2] = TKV_CHAT_SYS_TAGS,
 	[TKV_CHAT_LLAMA3] = TKV_CHAT_DATE_HEADER,
 	[TKV_CHAT_PHI3] = TKV_CHAT_EOS_AT_END,
+	[TKV_CHAT_MISTRAL] = TKV_CHAT_INST_SPACE | TKV_CHAT_CLOSE_SPACE,
 };
 
 const char *tkv_chat_family_names(void)
 {
-	return "chatml, llama-2, mistral, mistral-nemo, mistral-v7, llama-3, zephyr, phi-3, gemma, gemma-4, plain";
+	return "chatml, llama-2, mistral, mistral-nemo, mistral-v7, llama-3, zephyr, phi-3, phi-4, gemma, gemma-4, "
+	       "plain";
 }
 
 const char *tkv_chat_template_name(const struct tkv_chat_template *t)
@@ -57,7 +60,7 @@ int tkv_chat_template_by_name(struct tkv_chat_template *t, const char *name)
 {
 	static const struct { const char *alias, *name; } aliases[] = {
 		{ "llama2", "llama-2" }, { "llama3", "llama-3" }, { "phi3", "phi-3" }, { "gemma4", "gemma-4" },
-		{ "qwen", "chatml" },
+		{ "qwen", "chatml" }, { "phi4", "phi-4" },
 	};
 
 	if (!t || !name)
@@ -135,15 +138,39 @@ static void chatml_default_system(struct tkv_chat_template *t, const char *s, si
 	}
 }
 
+/* Phi-3's variants: a template that names roles one by one and never
+ * "system" drops system messages (Phi-3-mini, -medium); one without a
+ * generation prompt opens the reply after each user turn. */
 static void detect_phi3(struct tkv_chat_template *t, const char *s, size_t len)
 {
 	set_family(t, TKV_CHAT_PHI3, 0);
-	if (!has(s, len, "'system'") && !has(s, len, "\"system\""))
+	if (has(s, len, "<|user|>") && !has(s, len, "system"))
 		t->flags |= TKV_CHAT_NO_SYSTEM;
 	if (!has(s, len, "add_generation_prompt"))
 		t->flags |= TKV_CHAT_USER_OPENS;
 	if (has(s, len, "eos_token"))
 		t->flags |= TKV_CHAT_EOS_AT_END;
+}
+
+/* The [INST] families without <<SYS>>: Mistral v7 ([SYSTEM_PROMPT]), Nemo
+ * (the system text in the last user turn), else Mistral 7B; the spaces
+ * around the tags as the template's literals have them. */
+static void detect_mistral(struct tkv_chat_template *t, const char *s, size_t len)
+{
+	if (has(s, len, "[SYSTEM_PROMPT]"))
+		set_family(t, TKV_CHAT_MISTRAL_V7, 0);
+	else if (has(s, len, "loop.last and system_message"))
+		set_family(t, TKV_CHAT_MISTRAL_NEMO, 0);
+	else
+		set_family(t, TKV_CHAT_MISTRAL, 0);
+	if (has(s, len, "' [INST] '") || has(s, len, "\" [INST] \""))
+		t->flags |= TKV_CHAT_INST_LEAD;
+	if (has(s, len, "[INST] "))
+		t->flags |= TKV_CHAT_INST_SPACE;
+	if (has(s, len, " [/INST]"))
+		t->flags |= TKV_CHAT_CLOSE_SPACE;
+	if (has(s, len, "' ' + message") || has(s, len, "\" \" + message"))
+		t->flags |= TKV_CHAT_REPLY_SPACE;
 }
 
 int tkv_chat_template_detect(struct tkv_chat_template *t, const char *s, size_t len)
@@ -153,6 +180,8 @@ int tkv_chat_template_detect(struct tkv_chat_template *t, const char *s, size_t 
 		return TKV_ERR_UNSUPPORTED;
 	if (has(s, len, "<|start_header_id|>") && has(s, len, "<|eot_id|>"))
 		set_family(t, TKV_CHAT_LLAMA3, has(s, len, "Cutting Knowledge Date") ? TKV_CHAT_DATE_HEADER : 0);
+	else if (has(s, len, "<|im_sep|>"))
+		set_family(t, TKV_CHAT_PHI4, has(s, len, "add_generation_prompt") ? 0 : TKV_CHAT_USER_OPENS);
 	else if (has(s, len, "<|im_start|>")) {
 		set_family(t, TKV_CHAT_CHATML, has(s, len, "</think>") ? TKV_CHAT_THINK : 0);
 		chatml_default_system(t, s, len);
@@ -160,18 +189,15 @@ int tkv_chat_template_detect(struct tkv_chat_template *t, const char *s, size_t 
 		set_family(t, TKV_CHAT_GEMMA, 0);
 	else if (has(s, len, "<|turn>"))
 		set_family(t, TKV_CHAT_GEMMA4, 0);
-	else if (has(s, len, "<|user|>") && has(s, len, "<|end|>"))
+	else if ((has(s, len, "<|user|>") || has(s, len, "<|assistant|>")) && has(s, len, "<|end|>"))
 		detect_phi3(t, s, len);
 	else if (has(s, len, "<|user|>"))
 		set_family(t, TKV_CHAT_ZEPHYR, 0);
-	else if (has(s, len, "[SYSTEM_PROMPT]"))
-		set_family(t, TKV_CHAT_MISTRAL_V7, 0);
-	else if (has(s, len, "[INST]")) {
-		if (has(s, len, "<<SYS>>"))
-			set_family(t, TKV_CHAT_LLAMA2, TKV_CHAT_SYS_TAGS);
-		else
-			set_family(t, has(s, len, "[INST] ") ? TKV_CHAT_MISTRAL : TKV_CHAT_MISTRAL_NEMO, 0);
-	} else
+	else if (has(s, len, "[INST]") && has(s, len, "<<SYS>>"))
+		set_family(t, TKV_CHAT_LLAMA2, TKV_CHAT_SYS_TAGS);
+	else if (has(s, len, "[INST]") || has(s, len, "[SYSTEM_PROMPT]"))
+		detect_mistral(t, s, len);
+	else
 		return TKV_ERR_UNSUPPORTED;
 	return TKV_OK;
 }
@@ -419,8 +445,9 @@ static void render_phi3(const struct tkv_chat_template *t, const struct tkv_chat
 		puts_(o, t->eos);
 }
 
-/* [INST] turns, Llama 2 and Mistral v1: system text opens the first one
- * (inside <<SYS>> for Llama 2). */
+/* Llama 2's [INST] turns: the system text opens the first one inside
+ * <<SYS>>; later turns open with <s> (BOS is the tokenizer's only at the
+ * start). */
 static void render_llama2(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n,
 			  struct out *o)
 {
@@ -451,36 +478,64 @@ static void render_llama2(const struct tkv_chat_template *t, const struct tkv_ch
 	}
 }
 
-/* Mistral Nemo and v7: [INST]user[/INST]reply</s>. Nemo writes the system
- * text (and a blank line) into the last message when that is a user turn; v7
- * gives it [SYSTEM_PROMPT] tags where it stands. */
+/* Mistral: [INST]user[/INST]reply</s>, with the template's spaces. The
+ * system text opens the first user turn (Mistral 7B), the last one when that
+ * is the final message (Nemo), or stands in [SYSTEM_PROMPT] tags (v7). */
 static void render_mistral(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n,
 			   struct out *o)
 {
-	bool v7 = t->family == TKV_CHAT_MISTRAL_V7;
+	bool v7 = t->family == TKV_CHAT_MISTRAL_V7, sp = t->flags & TKV_CHAT_INST_SPACE;
 	const struct tkv_chat_msg *sys = NULL;
-	size_t i = 0;
+	size_t i = 0, first_user = n;
 
 	if (!v7 && n && role_is(&m[0], "system"))
 		sys = &m[i++];
+	for (size_t k = i; k < n && first_user == n; k++)
+		if (role_is(&m[k], "user"))
+			first_user = k;
 	for (; i < n; i++) {
 		if (role_is(&m[i], "system")) {
-			puts_(o, "[SYSTEM_PROMPT]");
+			puts_(o, sp ? "[SYSTEM_PROMPT] " : "[SYSTEM_PROMPT]");
 			put_msg(o, &m[i]);
 			puts_(o, "[/SYSTEM_PROMPT]");
 		} else if (role_is(&m[i], "user")) {
-			puts_(o, "[INST]");
-			if (sys && i + 1 == n) {
+			bool here = t->family == TKV_CHAT_MISTRAL_NEMO ? i + 1 == n : i == first_user;
+
+			puts_(o, t->flags & TKV_CHAT_INST_LEAD ? " [INST]" : "[INST]");
+			puts_(o, sp ? " " : "");
+			if (sys && here) {
 				put_msg(o, sys);
 				puts_(o, "\n\n");
 			}
 			put_msg(o, &m[i]);
-			puts_(o, "[/INST]");
+			puts_(o, t->flags & TKV_CHAT_CLOSE_SPACE ? " [/INST]" : "[/INST]");
 		} else {
+			puts_(o, t->flags & TKV_CHAT_REPLY_SPACE ? " " : "");
 			put_msg(o, &m[i]);
 			puts_(o, t->eos);
 		}
 	}
+}
+
+/* Phi-4: <|im_start|>role<|im_sep|>...<|im_end|>, no newlines. */
+static void render_phi4(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n, bool gen,
+			struct out *o)
+{
+	bool opens = t->flags & TKV_CHAT_USER_OPENS;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!(opens && role_is(&m[i], "assistant"))) {
+			puts_(o, "<|im_start|>");
+			puts_(o, m[i].role);
+			puts_(o, "<|im_sep|>");
+		}
+		put_msg(o, &m[i]);
+		puts_(o, "<|im_end|>");
+		if (opens && role_is(&m[i], "user"))
+			puts_(o, "<|im_start|>assistant<|im_sep|>");
+	}
+	if (gen && !opens)
+		puts_(o, "<|im_start|>assistant<|im_sep|>");
 }
 
 static void render_simple(const struct tkv_chat_template *t, const struct tkv_chat_msg *m, size_t n, bool gen,
@@ -522,10 +577,11 @@ int tkv_chat_render(const struct tkv_chat_template *t, const struct tkv_chat_msg
 	case TKV_CHAT_GEMMA:
 	case TKV_CHAT_GEMMA4: render_gemma(t, m, n, gen, &o); break;
 	case TKV_CHAT_PHI3: render_phi3(t, m, n, gen, &o); break;
-	case TKV_CHAT_LLAMA2:
-	case TKV_CHAT_MISTRAL: render_llama2(t, m, n, &o); break;
+	case TKV_CHAT_LLAMA2: render_llama2(t, m, n, &o); break;
+	case TKV_CHAT_MISTRAL:
 	case TKV_CHAT_MISTRAL_NEMO:
 	case TKV_CHAT_MISTRAL_V7: render_mistral(t, m, n, &o); break;
+	case TKV_CHAT_PHI4: render_phi4(t, m, n, gen, &o); break;
 	case TKV_CHAT_ZEPHYR:
 	case TKV_CHAT_PLAIN: render_simple(t, m, n, gen, &o); break;
 	default: return TKV_ERR_ARG;
@@ -548,6 +604,7 @@ int tkv_chat_turn_end(const struct tkv_chat_template *t, char *buf, size_t cap)
 	case TKV_CHAT_GEMMA: s = "<end_of_turn>\n"; break;
 	case TKV_CHAT_GEMMA4: s = "<turn|>\n"; break;
 	case TKV_CHAT_PHI3: s = "<|end|>\n"; break;
+	case TKV_CHAT_PHI4: s = "<|im_end|>"; break;
 	case TKV_CHAT_PLAIN: s = "\n"; break;
 	default: break;
 	}
