@@ -488,8 +488,29 @@ static void plan(const struct kv_cfg *c, const double *cost, uint32_t n, double 
 	uint32_t keep;
 
 	plan_bounds(c, n, 1.0, b);
-	if (plan_cost(c, cost, b) <= room)
+	if (plan_cost(c, cost, b) <= room) {
+		/* room to spare: the mix shifts toward the most precise tier until
+		 * it fills the room (all of it at x = 1 / tier_frac[0]), so that a
+		 * round does not leave the stream far below its budget */
+		if (c->n_tiers > 1 && c->tier_frac[0] > 0) {
+			lo = 1.0;
+			hi = 1.0 / c->tier_frac[0];
+			plan_bounds(c, n, hi, b);
+			if (plan_cost(c, cost, b) <= room)
+				return;
+			for (int it = 0; it < 30; it++) {
+				double mid = (lo + hi) / 2;
+
+				plan_bounds(c, n, mid, b);
+				if (plan_cost(c, cost, b) <= room)
+					lo = mid;
+				else
+					hi = mid;
+			}
+			plan_bounds(c, n, lo, b);
+		}
 		return;
+	}
 	plan_bounds(c, n, 0.0, b);
 	if (c->n_tiers > 1 && plan_cost(c, cost, b) <= room) {
 		for (int it = 0; it < 30; it++) {
