@@ -348,15 +348,181 @@ static int must_be_off(json_t *v, const char *key, struct srv_err *e)
 	return srv_errf(e, 400, INVALID, "unsupported_parameter", key, "'%s' is not supported by this server", key);
 }
 
+/* A sampling field into g->sp (or the penalties and seed); 1 when key is
+ * not one, else 0 or < 0 with e set. */
+static int parse_sampling(const char *key, json_t *v, struct srv_gen *g, struct srv_err *e)
+{
+	long long x = 0;
+	double d = 0;
+	int rc = 0;
+
+	if (!strcmp(key, "temperature")) {
+		if (!(rc = get_num(v, key, 0, 2, &d, e)))
+			g->sp.temp = (float)d;
+	} else if (!strcmp(key, "top_p")) {
+		if (!(rc = get_num(v, key, 0, 1, &d, e))) {
+			if (d <= 0)
+				rc = srv_errf(e, 400, INVALID, "invalid_value", key, "'top_p' must be in (0, 1]");
+			g->sp.top_p = (float)d;
+		}
+	} else if (!strcmp(key, "top_k")) {
+		if (!(rc = get_int(v, key, 0, 1 << 30, &x, e)))
+			g->sp.top_k = (int32_t)x;
+	} else if (!strcmp(key, "min_p")) {
+		if (!(rc = get_num(v, key, 0, 1, &d, e)))
+			g->sp.min_p = (float)d;
+	} else if (!strcmp(key, "repeat_penalty") || !strcmp(key, "repetition_penalty")) {
+		if (!(rc = get_num(v, key, 1e-3, 100, &d, e)))
+			g->sp.repeat_penalty = (float)d;
+	} else if (!strcmp(key, "repeat_last_n")) {
+		if (!(rc = get_int(v, key, 0, 1 << 20, &x, e)))
+			g->sp.repeat_last_n = (int32_t)x;
+	} else if (!strcmp(key, "frequency_penalty")) {
+		if (!(rc = get_num(v, key, -2, 2, &d, e)))
+			g->freq_penalty = (float)d;
+	} else if (!strcmp(key, "presence_penalty")) {
+		if (!(rc = get_num(v, key, -2, 2, &d, e)))
+			g->presence_penalty = (float)d;
+	} else if (!strcmp(key, "seed")) {
+		if (!(rc = get_int(v, key, INT64_MIN, INT64_MAX, &x, e))) {
+			g->sp.seed = (uint64_t)x;
+			g->seed_set = true;
+		}
+	} else {
+		return 1;
+	}
+	return rc;
+}
+
+/* max_tokens / max_completion_tokens into *out. */
+static int parse_max_tokens(const struct srv_api_ctx *c, const char *key, json_t *v, long long *out,
+			    struct srv_err *e)
+{
+	long long x = 0;
+	int rc = get_int(v, key, 1, c->max_tokens, &x, e);
+
+	if (rc == 0)
+		*out = x;
+	else if (rc < 0 && !strcmp(e->code, "invalid_value") && json_is_integer(v))
+		srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %lld; this server allows 1 to %u", key,
+			 (long long)json_integer_value(v), c->max_tokens);
+	else if (rc < 0 && !strcmp(e->code, "invalid_value"))
+		srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %g; this server allows 1 to %u", key,
+			 json_real_value(v), c->max_tokens);
+	return rc;
+}
+
+/* Fields OpenAI defines that this server refuses unless off, accepts
+ * without effect, or checks the value of; 1 when key is none of them. */
+static int parse_unsupported(const char *key, json_t *v, struct srv_err *e)
+{
+	static const char *const off[] = { "logprobs", "top_logprobs", "echo", "suffix", "logit_bias", "tools",
+					   "functions", "tool_choice", "function_call", "audio", "prediction" };
+	static const char *const inert[] = { "user", "store", "metadata", "service_tier", "parallel_tool_calls",
+					     "modalities", "reasoning_effort" };
+
+	for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+		if (!strcmp(key, off[i])) {
+			if (!strcmp(key, "tool_choice") && json_is_string(v) && !strcmp(json_string_value(v), "none"))
+				return 0;
+			return must_be_off(v, key, e);
+		}
+	for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++)
+		if (!strcmp(key, inert[i]))
+			return 0;
+	if (!strcmp(key, "response_format")) {
+		json_t *t = json_object_get(v, "type");
+
+		if (!json_is_null(v) && !(json_is_string(t) && !strcmp(json_string_value(t), "text")))
+			return srv_errf(e, 400, INVALID, "unsupported_value", key,
+					"only response_format {\"type\": \"text\"} is supported");
+		return 0;
+	}
+	return 1;
+}
+
+/* One field of the request object; 0 or < 0 with e set. */
+static int parse_field(const struct srv_api_ctx *c, enum srv_kind kind, const char *key, json_t *v,
+		       struct srv_gen *g, json_t **input, long long *max_tokens, struct srv_err *e)
+{
+	long long x = 0;
+	int rc;
+
+	if ((rc = parse_sampling(key, v, g, e)) != 1)
+		return rc;
+	if ((rc = parse_unsupported(key, v, e)) != 1)
+		return rc;
+	if (!strcmp(key, "model")) {
+		if (!json_is_string(v) && !json_is_null(v))
+			return srv_errf(e, 400, INVALID, "invalid_type", key, "'model' must be a string");
+	} else if ((kind == SRV_COMPLETION && !strcmp(key, "prompt")) || (kind == SRV_CHAT && !strcmp(key, "messages"))) {
+		*input = v;
+	} else if (!strcmp(key, "max_tokens") || (kind == SRV_CHAT && !strcmp(key, "max_completion_tokens"))) {
+		return parse_max_tokens(c, key, v, max_tokens, e);
+	} else if (!strcmp(key, "session_id")) {
+		/* a conversation resumable on any replica (--kv-store): its chunks are stored at the end */
+		if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 256)
+			return srv_errf(e, 400, INVALID, "invalid_type", key,
+					"'%s' must be a string of 1 to 256 characters", key);
+		g->session = true;
+	} else if (!strcmp(key, "n") || !strcmp(key, "best_of")) {
+		if (!(rc = get_int(v, key, 1, 1 << 30, &x, e)) && x != 1)
+			rc = srv_errf(e, 400, INVALID, "unsupported_value", key, "'%s' must be 1 on this server", key);
+		return rc;
+	} else if (!strcmp(key, "stream")) {
+		return get_bool(v, key, &g->stream, e);
+	} else if (!strcmp(key, "stream_options")) {
+		json_t *iu = json_object_get(v, "include_usage");
+
+		if (!json_is_object(v) && !json_is_null(v))
+			return srv_errf(e, 400, INVALID, "invalid_type", key, "'stream_options' must be an object");
+		return iu ? get_bool(iu, "stream_options.include_usage", &g->include_usage, e) : 0;
+	} else if (!strcmp(key, "stop")) {
+		return get_stop(g, v, e);
+	} else if (!strcmp(key, "ignore_eos")) {
+		return get_bool(v, key, &g->ignore_eos, e);
+	} else {
+		note_ignored(g, key);
+	}
+	return 0;
+}
+
+/* After the fields: the prompt or messages, the plain template's stop, and
+ * the tokens left to generate. */
+static int parse_finish(const struct srv_api_ctx *c, enum srv_kind kind, json_t *input, long long max_tokens,
+			struct srv_gen *g, struct srv_err *e)
+{
+	uint32_t room;
+
+	if (!input || json_is_null(input)) {
+		const char *what = kind == SRV_CHAT ? "messages" : "prompt";
+
+		return srv_errf(e, 400, INVALID, "missing_required_parameter", what, "'%s' is required", what);
+	}
+	if (kind == SRV_CHAT ? get_messages(c, input, g, e) : get_prompt(c, input, g, e))
+		return -1;
+	/* a model without a chat template would go on to write the user's turn */
+	if (kind == SRV_CHAT && c->chat.family == TKV_CHAT_PLAIN && g->n_stop < SRV_MAX_STOP) {
+		if (!(g->stop[g->n_stop] = tkv_strndup(g->alloc, "\nUser:", 6)))
+			return srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
+		g->stop_len[g->n_stop++] = 6;
+	}
+	/* room left in the context; the default is all of it up to --max-tokens */
+	room = c->n_ctx - (uint32_t)g->n_prompt;
+	g->max_tokens = max_tokens > 0 ? (uint32_t)max_tokens : c->max_tokens;
+	if (g->max_tokens > room)
+		g->max_tokens = room;
+	return 0;
+}
+
 int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *body, size_t len,
 		  struct srv_gen *g, struct srv_err *e)
 {
 	json_error_t je;
 	json_t *root, *v, *input = NULL;
 	const char *key;
-	long long max_tokens = -1, x = 0;
-	double d = 0;
-	int r = -1, rc;
+	long long max_tokens = -1;
+	int r = -1;
 
 	memset(g, 0, sizeof *g);
 	g->kind = kind;
@@ -374,127 +540,11 @@ int srv_api_parse(const struct srv_api_ctx *c, enum srv_kind kind, const char *b
 		srv_errf(e, 400, INVALID, "invalid_json", NULL, "the request body must be a JSON object");
 		goto out;
 	}
-	json_object_foreach(root, key, v) {
-		rc = 0;
-		if (!strcmp(key, "model")) {
-			if (!json_is_string(v) && !json_is_null(v))
-				rc = srv_errf(e, 400, INVALID, "invalid_type", key, "'model' must be a string");
-		} else if (kind == SRV_COMPLETION && !strcmp(key, "prompt")) {
-			input = v;
-		} else if (kind == SRV_CHAT && !strcmp(key, "messages")) {
-			input = v;
-		} else if (!strcmp(key, "max_tokens") || (kind == SRV_CHAT && !strcmp(key, "max_completion_tokens"))) {
-			rc = get_int(v, key, 1, c->max_tokens, &x, e);
-			if (rc == 0)
-				max_tokens = x;
-			else if (rc < 0 && !strcmp(e->code, "invalid_value") && json_is_integer(v))
-				srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %lld; this server allows 1 to %u",
-					 key, (long long)json_integer_value(v), c->max_tokens);
-			else if (rc < 0 && !strcmp(e->code, "invalid_value"))
-				srv_errf(e, 400, INVALID, "invalid_value", key, "'%s' is %g; this server allows 1 to %u",
-					 key, json_real_value(v), c->max_tokens);
-		} else if (!strcmp(key, "temperature")) {
-			if (!(rc = get_num(v, key, 0, 2, &d, e)))
-				g->sp.temp = (float)d;
-		} else if (!strcmp(key, "top_p")) {
-			if (!(rc = get_num(v, key, 0, 1, &d, e))) {
-				if (d <= 0)
-					rc = srv_errf(e, 400, INVALID, "invalid_value", key, "'top_p' must be in (0, 1]");
-				g->sp.top_p = (float)d;
-			}
-		} else if (!strcmp(key, "top_k")) {
-			if (!(rc = get_int(v, key, 0, 1 << 30, &x, e)))
-				g->sp.top_k = (int32_t)x;
-		} else if (!strcmp(key, "min_p")) {
-			if (!(rc = get_num(v, key, 0, 1, &d, e)))
-				g->sp.min_p = (float)d;
-		} else if (!strcmp(key, "repeat_penalty") || !strcmp(key, "repetition_penalty")) {
-			if (!(rc = get_num(v, key, 1e-3, 100, &d, e)))
-				g->sp.repeat_penalty = (float)d;
-		} else if (!strcmp(key, "repeat_last_n")) {
-			if (!(rc = get_int(v, key, 0, 1 << 20, &x, e)))
-				g->sp.repeat_last_n = (int32_t)x;
-		} else if (!strcmp(key, "frequency_penalty")) {
-			if (!(rc = get_num(v, key, -2, 2, &d, e)))
-				g->freq_penalty = (float)d;
-		} else if (!strcmp(key, "presence_penalty")) {
-			if (!(rc = get_num(v, key, -2, 2, &d, e)))
-				g->presence_penalty = (float)d;
-		} else if (!strcmp(key, "session_id")) {
-			/* a conversation resumable on any replica (--kv-store): its chunks are stored at the end */
-			if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 256)
-				rc = srv_errf(e, 400, INVALID, "invalid_type", key,
-					      "'%s' must be a string of 1 to 256 characters", key);
-			else
-				g->session = true;
-		} else if (!strcmp(key, "seed")) {
-			if (!(rc = get_int(v, key, INT64_MIN, INT64_MAX, &x, e))) {
-				g->sp.seed = (uint64_t)x;
-				g->seed_set = true;
-			}
-		} else if (!strcmp(key, "n") || !strcmp(key, "best_of")) {
-			if (!(rc = get_int(v, key, 1, 1 << 30, &x, e)) && x != 1)
-				rc = srv_errf(e, 400, INVALID, "unsupported_value", key, "'%s' must be 1 on this server", key);
-		} else if (!strcmp(key, "stream")) {
-			rc = get_bool(v, key, &g->stream, e);
-		} else if (!strcmp(key, "stream_options")) {
-			json_t *iu = json_object_get(v, "include_usage");
-
-			if (!json_is_object(v) && !json_is_null(v))
-				rc = srv_errf(e, 400, INVALID, "invalid_type", key, "'stream_options' must be an object");
-			else if (iu)
-				rc = get_bool(iu, "stream_options.include_usage", &g->include_usage, e);
-		} else if (!strcmp(key, "stop")) {
-			rc = get_stop(g, v, e);
-		} else if (!strcmp(key, "ignore_eos")) {
-			rc = get_bool(v, key, &g->ignore_eos, e);
-		} else if (!strcmp(key, "logprobs") || !strcmp(key, "top_logprobs") || !strcmp(key, "echo") ||
-			   !strcmp(key, "suffix") || !strcmp(key, "logit_bias") || !strcmp(key, "tools") ||
-			   !strcmp(key, "functions") || !strcmp(key, "tool_choice") || !strcmp(key, "function_call") ||
-			   !strcmp(key, "audio") || !strcmp(key, "prediction")) {
-			if (!strcmp(key, "tool_choice") && json_is_string(v) && !strcmp(json_string_value(v), "none"))
-				continue;
-			rc = must_be_off(v, key, e);
-		} else if (!strcmp(key, "response_format")) {
-			json_t *t = json_object_get(v, "type");
-
-			if (!json_is_null(v) && !(json_is_string(t) && !strcmp(json_string_value(t), "text")))
-				rc = srv_errf(e, 400, INVALID, "unsupported_value", key,
-					      "only response_format {\"type\": \"text\"} is supported");
-		} else if (!strcmp(key, "user") || !strcmp(key, "store") || !strcmp(key, "metadata") ||
-			   !strcmp(key, "service_tier") || !strcmp(key, "parallel_tool_calls") ||
-			   !strcmp(key, "modalities") || !strcmp(key, "reasoning_effort")) {
-			/* accepted and without effect here */
-		} else {
-			note_ignored(g, key);
-		}
-		if (rc < 0)
+	json_object_foreach(root, key, v)
+		if (parse_field(c, kind, key, v, g, &input, &max_tokens, e) < 0)
 			goto out;
-	}
-	if (!input || json_is_null(input)) {
-		const char *what = kind == SRV_CHAT ? "messages" : "prompt";
-
-		srv_errf(e, 400, INVALID, "missing_required_parameter", what, "'%s' is required", what);
+	if (parse_finish(c, kind, input, max_tokens, g, e))
 		goto out;
-	}
-	if (kind == SRV_CHAT ? get_messages(c, input, g, e) : get_prompt(c, input, g, e))
-		goto out;
-	/* a model without a chat template would go on to write the user's turn */
-	if (kind == SRV_CHAT && c->chat.family == TKV_CHAT_PLAIN && g->n_stop < SRV_MAX_STOP) {
-		if (!(g->stop[g->n_stop] = tkv_strndup(g->alloc, "\nUser:", 6))) {
-			srv_errf(e, 503, "server_error", "out_of_memory", NULL, "out of memory; retry later");
-			goto out;
-		}
-		g->stop_len[g->n_stop++] = 6;
-	}
-	/* room left in the context; the default is all of it up to --max-tokens */
-	{
-		uint32_t room = c->n_ctx - (uint32_t)g->n_prompt;
-
-		g->max_tokens = max_tokens > 0 ? (uint32_t)max_tokens : c->max_tokens;
-		if (g->max_tokens > room)
-			g->max_tokens = room;
-	}
 	r = 0;
 out:
 	json_decref(root);
