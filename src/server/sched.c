@@ -554,19 +554,17 @@ static void snapshot(struct srv *s, double now, bool force)
 	srv_cache_snapshot(s, &ks, now);
 }
 
-/* One iteration after admission: batch, step, sample, publish. */
-static void step(struct srv *s, struct sched_ctx *c, bool *hold)
+/* The batch of a step, under s->mu: every decoding request's next token
+ * first (so their rows share the first forward pass), then prompt chunks up
+ * to the batch's rows. Returns the items; 0 when none, or when there was no
+ * memory to batch the live requests (they fail rather than spin). */
+static size_t gather_batch(struct srv *s, struct sched_ctx *c, bool *hold)
 {
 	uint32_t n_batch = s->p.ep.n_batch ? s->p.ep.n_batch : 64, budget, n_dec = 0;
 	size_t ni = 0;
 	struct srv_req *r;
-	struct tkv_error err = { 0 };
-	bool kv_full = false;
-	double now;
 
-	pthread_mutex_lock(&s->mu);
 	if (ctx_reserve(s, c, s->n_live ? s->n_live : 1)) {
-		/* no room to batch the live requests: fail them rather than spin */
 		while (s->live) {
 			r = s->live;
 			live_remove(s, r);
@@ -574,10 +572,8 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		}
 		*hold = false;
 		s->st.n_live = 0;
-		pthread_mutex_unlock(&s->mu);
-		return;
+		return 0;
 	}
-	/* decoding sequences first, so their rows share the first forward pass */
 	for (r = s->live; r; r = r->qnext)
 		if ((uint32_t)r->gen.n_prompt + r->n_gen - r->n_fed == 1 && r->n_fed >= r->gen.n_prompt) {
 			c->items[ni] = (struct tkv_batch_item){ r->seq, r->ctx + r->n_fed, 1, r->logits, 0 };
@@ -596,6 +592,106 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 							r->n_fed + n == total ? r->logits : NULL, 0 };
 		c->ireq[ni++] = r;
 	}
+	return ni;
+}
+
+/* One item's result, under s->mu (released while sampling): tokens fed,
+ * the prompt published, a token sampled and published, or the request
+ * ended. Returns true when the engine refused it for lack of KV memory. */
+static bool item_done(struct srv *s, struct sched_ctx *c, size_t i, double now, bool *hold)
+{
+	struct tkv_batch_item *it = &c->items[i];
+	struct srv_req *r = c->ireq[i];
+	enum srv_finish f;
+	size_t safe;
+
+	if (it->status == TKV_ERR_KV_FULL) {
+		r->n_fed = tkv_seq_n_past(r->seq); /* a multi-pass prefill may have got partway */
+		return true;
+	}
+	if (it->status) {
+		live_remove(s, r);
+		if (it->status == TKV_ERR_CTX_FULL && r->n_gen)
+			end(s, r, flush(c, r, SRV_FIN_LENGTH));
+		else if (it->status == TKV_ERR_NOMEM)
+			fail(s, r, 503, "out_of_memory", "out of memory while generating; retry later");
+		else
+			fail(s, r, 500, "internal_error", "the engine failed while generating");
+		*hold = false;
+		return false;
+	}
+	r->n_fed += (uint32_t)it->n;
+	if (!r->prefix_published && r->n_fed >= r->gen.n_prompt) {
+		/* offer the prompt's pages to later requests (a no-op without --prefix-cache) */
+		tkv_seq_publish_prefix(r->seq, r->ctx, r->gen.n_prompt, NULL);
+		if (s->kvs)
+			srv_kvs_save(s->kvs, r->seq, r->ctx, r->gen.n_prompt);
+		r->prefix_published = true;
+	}
+	if (!it->logits)
+		return false;
+	pthread_mutex_unlock(&s->mu);
+	safe = r->raw_pub;
+	f = sample(s, c, r, &safe);
+	pthread_mutex_lock(&s->mu);
+	if (!r->got_first) {
+		r->got_first = true;
+		s->st.ttft_sum += now - r->t_enqueue;
+		s->st.ttft_n++;
+	}
+	if (f == SRV_FIN_NONE) {
+		publish(r, safe);
+		return false;
+	}
+	live_remove(s, r);
+	end(s, r, f);
+	*hold = false;
+	return false;
+}
+
+/* After a request the engine refused for lack of KV memory, under s->mu:
+ * preempt the request preempted least often, and among those the one with
+ * the largest predicted remaining demand (then the newest); alone, it ends
+ * (its text so far) or fails. */
+static void make_room(struct srv *s, struct sched_ctx *c, bool *hold)
+{
+	struct srv_req *victim = NULL, *r;
+	double worst = -1;
+
+	*hold = true;
+	for (r = s->live; r; r = r->qnext) {
+		double rem = srv_pred_bytes(&s->pred, pred_final(s, r)) - srv_pred_bytes(&s->pred, r->n_fed);
+
+		if (!victim || r->preempted < victim->preempted ||
+		    (r->preempted == victim->preempted &&
+		     (rem > worst || (rem == worst && r->admit_seq > victim->admit_seq)))) {
+			worst = rem;
+			victim = r;
+		}
+	}
+	if (s->n_live == 1) {
+		/* alone and still refused: the budget cannot hold this request */
+		live_remove(s, victim);
+		if (victim->n_gen)
+			end(s, victim, flush(c, victim, SRV_FIN_LENGTH));
+		else
+			fail(s, victim, 503, "kv_budget_exhausted", "the prompt needs more KV memory than the server's budget");
+		*hold = false;
+	} else if (victim) {
+		preempt(s, victim);
+	}
+}
+
+/* One iteration after admission: batch, step, sample, publish. */
+static void step(struct srv *s, struct sched_ctx *c, bool *hold)
+{
+	struct tkv_error err = { 0 };
+	bool kv_full = false;
+	size_t ni;
+	double now;
+
+	pthread_mutex_lock(&s->mu);
+	ni = gather_batch(s, c, hold);
 	pthread_mutex_unlock(&s->mu);
 	if (ni == 0)
 		return;
@@ -606,59 +702,8 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 	atomic_fetch_add(&s->st.steps, 1);
 
 	pthread_mutex_lock(&s->mu);
-	for (size_t i = 0; i < ni; i++) {
-		struct tkv_batch_item *it = &c->items[i];
-		enum srv_finish f = SRV_FIN_NONE;
-		size_t safe;
-
-		r = c->ireq[i];
-		if (it->status == TKV_ERR_KV_FULL) {
-			r->n_fed = tkv_seq_n_past(r->seq); /* a multi-pass prefill may have got partway */
-			kv_full = true;
-			continue;
-		}
-		if (it->status == TKV_ERR_CTX_FULL && r->n_gen) {
-			live_remove(s, r);
-			end(s, r, flush(c, r, SRV_FIN_LENGTH));
-			*hold = false;
-			continue;
-		}
-		if (it->status) {
-			live_remove(s, r);
-			if (it->status == TKV_ERR_NOMEM)
-				fail(s, r, 503, "out_of_memory", "out of memory while generating; retry later");
-			else
-				fail(s, r, 500, "internal_error", "the engine failed while generating");
-			*hold = false;
-			continue;
-		}
-		r->n_fed += (uint32_t)it->n;
-		if (!r->prefix_published && r->n_fed >= r->gen.n_prompt) {
-			/* offer the prompt's pages to later requests (a no-op without --prefix-cache) */
-			tkv_seq_publish_prefix(r->seq, r->ctx, r->gen.n_prompt, NULL);
-			if (s->kvs)
-				srv_kvs_save(s->kvs, r->seq, r->ctx, r->gen.n_prompt);
-			r->prefix_published = true;
-		}
-		if (!it->logits)
-			continue;
-		pthread_mutex_unlock(&s->mu);
-		safe = r->raw_pub;
-		f = sample(s, c, r, &safe);
-		pthread_mutex_lock(&s->mu);
-		if (!r->got_first) {
-			r->got_first = true;
-			s->st.ttft_sum += now - r->t_enqueue;
-			s->st.ttft_n++;
-		}
-		if (f == SRV_FIN_NONE) {
-			publish(r, safe);
-			continue;
-		}
-		live_remove(s, r);
-		end(s, r, f);
-		*hold = false;
-	}
+	for (size_t i = 0; i < ni; i++)
+		kv_full |= item_done(s, c, i, now, hold);
 	atomic_fetch_add(&s->st.gen_tokens, c->tokens_this_step);
 	s->st.rate_tokens += c->tokens_this_step;
 	s->st.last_step = now;
@@ -667,38 +712,8 @@ static void step(struct srv *s, struct sched_ctx *c, bool *hold)
 		s->st.rate_t0 = now;
 		s->st.rate_tokens = 0;
 	}
-
-	/* make room: preempt the request preempted least often, and among those
-	 * the one with the largest predicted remaining demand (then the newest) */
-	if (kv_full) {
-		struct srv_req *victim = NULL;
-		double worst = -1;
-
-		*hold = true;
-		for (r = s->live; r; r = r->qnext) {
-			double rem = srv_pred_bytes(&s->pred, pred_final(s, r)) - srv_pred_bytes(&s->pred, r->n_fed);
-
-			if (!victim || r->preempted < victim->preempted ||
-			    (r->preempted == victim->preempted &&
-			     (rem > worst || (rem == worst && r->admit_seq > victim->admit_seq)))) {
-				worst = rem;
-				victim = r;
-			}
-		}
-		if (s->n_live == 1) {
-			/* alone and still refused: the budget cannot hold this request */
-			live_remove(s, victim);
-			if (victim->n_gen) {
-				end(s, victim, flush(c, victim, SRV_FIN_LENGTH));
-			} else {
-				fail(s, victim, 503, "kv_budget_exhausted",
-				     "the prompt needs more KV memory than the server's budget");
-			}
-			*hold = false;
-		} else if (victim) {
-			preempt(s, victim);
-		}
-	}
+	if (kv_full)
+		make_room(s, c, hold);
 	s->st.n_live = s->n_live;
 	s->st.n_queued = s->n_queued;
 	pthread_mutex_unlock(&s->mu);
