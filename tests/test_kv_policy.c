@@ -1927,6 +1927,43 @@ static void test_governor_band_random(void **state)
 	tkv_model_free(m);
 }
 
+/* A batch step with a prompt whose first chunk (the default 256 rows) would
+ * need more new pages than the governor's band of a small --kv-mem: the step
+ * feeds it in smaller chunks, the policy evicting between them, as
+ * tkv_seq_decode does (the server used to refuse such a prompt). */
+static void test_step_long_prompt_small_pool(void **state)
+{
+	struct tkv_model *m = load_model();
+	size_t kv_mem = 128 << 10;
+	struct tkv_engine_params ep = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = {0};
+	static int32_t ids[480];
+	static float logits[4096];
+	struct tkv_kv_stats ks;
+	struct tkv_batch_item it;
+
+	(void)state;
+	ep.kv_mem = kv_mem;
+	ep.kv.policy = TKV_POLICY_TIERED;
+	ep.n_batch = 256; /* the server's default */
+	ep.n_threads = 2;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	for (int i = 0; i < 480; i++)
+		ids[i] = 1 + (int32_t)((i * 37) % 500);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	it = (struct tkv_batch_item){ s, ids, 480, logits, 0 };
+	assert_int_equal(tkv_engine_step(e, &it, 1, &err), TKV_OK);
+	assert_int_equal(it.status, TKV_OK);
+	assert_int_equal(tkv_seq_n_past(s), 480);
+	tkv_engine_kv_stats(e, &ks);
+	assert_true(ks.peak_allocated <= kv_mem && ks.gov_runs > 0);
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
 /* A fork of a sequence whose tiered cache has been squeezed (warm and cold
  * pages, evictions) continues exactly as the original would: the same greedy
  * tokens and bit-identical logits for 64 more steps, the same cache shape;
@@ -2096,6 +2133,7 @@ int main(void)
 		cmocka_unit_test(test_governor_full_stops),
 		cmocka_unit_test(test_governor_three_seqs),
 		cmocka_unit_test(test_governor_band_random),
+		cmocka_unit_test(test_step_long_prompt_small_pool),
 		cmocka_unit_test(test_fork_continues_identically),
 		cmocka_unit_test(test_governor_floor_follows_growth),
 	};

@@ -527,7 +527,7 @@ struct step {
 static size_t gather(const struct tkv_engine *e, struct step *p)
 {
 	uint32_t B = e->params.n_batch;
-	size_t need = 0;
+	size_t need = 0, pool = kv_pool_budget(e->pool);
 
 	p->rows = p->n_segs = 0;
 	for (size_t i = 0; i < p->n_items && p->rows < B; i++) {
@@ -537,6 +537,11 @@ static size_t gather(const struct tkv_engine *e, struct step *p)
 		if (it->status || p->done[i] == it->n)
 			continue;
 		c = (uint32_t)(it->n - p->done[i] < B - p->rows ? it->n - p->done[i] : B - p->rows);
+		/* as in tkv_seq_decode: a prompt chunk whose new pages alone would
+		 * take more than the governor's band of a small --kv-mem goes in
+		 * halves, over several forward passes of this step */
+		while (pool && c > 1 && (double)need_bytes(it->seq, c) > e->params.kv.gov_low * (double)pool)
+			c = (c + 1) / 2;
 		p->segs[p->n_segs] = (struct kv_seg){ it->seq->kv, p->rows, c, (int32_t)it->seq->n_past };
 		p->seg_item[p->n_segs++] = i;
 		memcpy(p->ids + p->rows, it->ids + p->done[i], c * sizeof *p->ids);
