@@ -152,6 +152,79 @@ static int32_t argmax(const float *x, uint32_t n)
 	return (int32_t)best;
 }
 
+/* The next batch: decoding sequences first, then prompt chunks within the
+ * row budget. Returns the items. */
+static size_t bs_gather(struct bs_seq *q, const struct bs_opts *o, uint32_t rows, struct tkv_batch_item *items,
+			long *map)
+{
+	uint32_t L = (uint32_t)o->len, P = (uint32_t)o->prompt;
+	size_t ni = 0;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (long i = 0; i < o->n_seqs; i++) {
+			struct bs_seq *s = &q[i];
+			uint32_t left, n;
+
+			if (s->dropped || s->n_fed == L)
+				continue;
+			left = s->n_have - s->n_fed;
+			if ((pass == 0) != (left == 1 && s->n_fed >= P))
+				continue;
+			n = pass == 0 ? 1 : (left < rows ? left : rows);
+			if (pass == 1 && n == 0)
+				continue;
+			if (pass == 1)
+				rows -= n;
+			items[ni] = (struct tkv_batch_item){ s->seq, s->ids + s->n_fed, n,
+							     s->n_fed + n == s->n_have ? s->logits : NULL, 0 };
+			map[ni++] = i;
+		}
+	return ni;
+}
+
+/* A step's results: tokens fed, the greedy next tokens. Returns how many
+ * items the pool refused, or -1 after a message on another failure. */
+static long bs_collect(struct bs_seq *q, const struct bs_opts *o, const struct tkv_batch_item *items, size_t ni,
+		       const long *map, uint32_t n_vocab, const struct tkv_engine_params *ep, struct bs_result *res)
+{
+	long refused = 0;
+
+	for (size_t k = 0; k < ni; k++) {
+		struct bs_seq *s = &q[map[k]];
+
+		if (items[k].status == TKV_ERR_KV_FULL) {
+			s->n_fed = tkv_seq_n_past(s->seq);
+			refused++;
+			continue;
+		}
+		if (items[k].status) {
+			fprintf(stderr, "tierkv bench: %s: %s\n", tkv_policy_name(ep->kv.policy),
+				tkv_status_str(items[k].status));
+			return -1;
+		}
+		res->tok_total += (double)items[k].n;
+		s->n_fed += (uint32_t)items[k].n;
+		if (items[k].logits && s->n_have < (uint32_t)o->len) {
+			s->ids[s->n_have++] = argmax(s->logits, n_vocab);
+			res->tok_gen += 1;
+		}
+	}
+	return refused;
+}
+
+/* Drops the most recently started live sequence to make room. */
+static void bs_drop_newest(struct bs_seq *q, const struct bs_opts *o, long *live)
+{
+	for (long i = o->n_seqs - 1; i >= 0; i--)
+		if (!q[i].dropped && q[i].n_fed < (uint32_t)o->len) {
+			q[i].dropped = 1;
+			tkv_seq_free(q[i].seq);
+			q[i].seq = NULL;
+			(*live)--;
+			return;
+		}
+}
+
 /* One policy's run. 0, or CLI_ERR after a message. */
 static int bs_run(struct tkv_model *m, const struct bs_opts *o, const struct tkv_engine_params *ep,
 		  struct bs_result *res)
@@ -192,66 +265,18 @@ static int bs_run(struct tkv_model *m, const struct bs_opts *o, const struct tkv
 	}
 	t0 = cli_now();
 	for (;;) {
-		size_t ni = 0;
-		uint32_t rows = budget_rows;
-		long refused = 0;
+		size_t ni = bs_gather(q, o, budget_rows, items, map);
+		long refused;
 
-		/* decoding sequences first, then prompt chunks within the row budget */
-		for (int pass = 0; pass < 2; pass++)
-			for (long i = 0; i < o->n_seqs; i++) {
-				struct bs_seq *s = &q[i];
-				uint32_t left, n;
-
-				if (s->dropped || s->n_fed == L)
-					continue;
-				left = s->n_have - s->n_fed;
-				if ((pass == 0) != (left == 1 && s->n_fed >= P))
-					continue;
-				n = pass == 0 ? 1 : (left < rows ? left : rows);
-				if (pass == 1 && n == 0)
-					continue;
-				if (pass == 1)
-					rows -= n;
-				items[ni] = (struct tkv_batch_item){ s->seq, s->ids + s->n_fed, n,
-								     s->n_fed + n == s->n_have ? s->logits : NULL, 0 };
-				map[ni++] = i;
-			}
 		if (ni == 0)
 			break;
 		tkv_engine_step(e, items, ni, NULL);
-		for (size_t k = 0; k < ni; k++) {
-			struct bs_seq *s = &q[map[k]];
-
-			if (items[k].status == TKV_ERR_KV_FULL) {
-				s->n_fed = tkv_seq_n_past(s->seq);
-				refused++;
-				continue;
-			}
-			if (items[k].status) {
-				fprintf(stderr, "tierkv bench: %s: %s\n", tkv_policy_name(ep->kv.policy),
-					tkv_status_str(items[k].status));
-				goto out;
-			}
-			res->tok_total += (double)items[k].n;
-			s->n_fed += (uint32_t)items[k].n;
-			if (items[k].logits && s->n_have < L) {
-				s->ids[s->n_have++] = argmax(s->logits, mi.n_vocab);
-				res->tok_gen += 1;
-			}
-		}
+		if ((refused = bs_collect(q, o, items, ni, map, mi.n_vocab, ep, res)) < 0)
+			goto out;
 		if (live > res->peak_live)
 			res->peak_live = live;
-		if (refused) {
-			/* drop the most recently started live sequence to make room */
-			for (long i = o->n_seqs - 1; i >= 0; i--)
-				if (!q[i].dropped && q[i].n_fed < L) {
-					q[i].dropped = 1;
-					tkv_seq_free(q[i].seq);
-					q[i].seq = NULL;
-					live--;
-					break;
-				}
-		}
+		if (refused)
+			bs_drop_newest(q, o, &live);
 		if (live == 0)
 			break;
 	}
