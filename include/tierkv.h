@@ -118,6 +118,10 @@ struct tkv_model_info {
 				  * tkv_dtype_name gives the name) */
 	uint64_t n_params;
 	uint64_t file_bytes;
+	uint32_t n_swa;          /* sliding window in tokens of the sliding layers, 0 = none */
+	uint32_t n_swa_layers;   /* layers that slide (the others attend to everything) */
+	float attn_softcap;      /* attention logit soft-cap (Gemma 2), 0 = none */
+	float final_softcap;     /* output logit soft-cap, 0 = none */
 };
 
 struct tkv_model_params tkv_model_default_params(void);
@@ -132,8 +136,14 @@ int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_mo
 void tkv_model_free(struct tkv_model *m);
 /* Copies the hyperparameters into out (the caller's). */
 void tkv_model_get_info(const struct tkv_model *m, struct tkv_model_info *out);
-/* K+V bytes one token costs over all layers with full-precision f16 storage. */
+/* K+V bytes one token costs with full-precision f16 storage, over the layers
+ * whose cache grows with the sequence: every layer but the sliding-window
+ * ones, which hold at most their window (tkv_model_kv_bytes). */
 size_t tkv_model_kv_bytes_per_token(const struct tkv_model *m);
+/* K+V bytes of a sequence of n tokens with full-precision f16 storage: the
+ * sliding-window layers hold the window - 1 tokens the next one can see
+ * (between decode calls), the other layers all n. */
+size_t tkv_model_kv_bytes(const struct tkv_model *m, size_t n_tokens);
 
 /* The string value of the GGUF metadata key (e.g. "general.name"): *val points
  * into the model's file mapping (borrowed: valid until tkv_model_free, not

@@ -52,6 +52,16 @@ struct page_spec {
 	int rot;
 };
 
+/* The sliding window and soft-cap check_attn runs with (0: none). */
+static uint32_t at_window;
+static float at_softcap;
+
+/* Whether a slot at pos is seen from qpos: causal and inside the window. */
+static int at_visible(int32_t pos, int32_t qpos)
+{
+	return pos <= qpos && (at_window == 0 || (int64_t)qpos - pos < (int64_t)at_window);
+}
+
 /* kv_attn for nq query heads over one stream built from `spec` (pages in that
  * order, positions a random permutation of 0..T-1 spread over them), for every
  * query position qpos (slots with pos > qpos masked), against a double-
@@ -126,6 +136,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 	for (int32_t qpos = -1; qpos < (int32_t)T; qpos++) {
 		struct kv_attn_args a = {
 			.q = q, .nq = nq, .qpos = qpos, .scale = 1.0f / sqrtf((float)hd), .skip = 0.0f,
+			.window = at_window, .softcap = at_softcap,
 			.logit = logit, .qrot = qrot, .orot = orot, .att = att, .out = out,
 		};
 		double w[AT_MAX_Q][AT_MAX_T], ent_want = 0.0, ent = 0.0;
@@ -138,24 +149,26 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 		kv_attn(st, hd, &a);
 		assert_int_equal(st->pages_skipped, skipped0); /* skip 0: never */
 		for (uint32_t t = 0; t < T; t++)
-			n_vis += spos[t] <= qpos;
+			n_vis += at_visible(spos[t], qpos);
 		for (uint32_t h = 0; h < nq; h++) {
 			double mx = -INFINITY, sum = 0.0, got_sum = 0.0;
 
 			for (uint32_t t = 0; t < T; t++) {
 				double sc = 0.0;
 
-				if (spos[t] > qpos) {
+				if (!at_visible(spos[t], qpos)) {
 					w[h][t] = -INFINITY;
 					continue;
 				}
 				for (uint32_t i = 0; i < hd; i++)
 					sc += (double)q[h * hd + i] * Kd[(size_t)t * hd + i];
 				w[h][t] = sc * a.scale;
+				if (at_softcap > 0.0f)
+					w[h][t] = at_softcap * tanh(w[h][t] / at_softcap);
 				mx = fmax(mx, w[h][t]);
 			}
 			for (uint32_t t = 0; t < T; t++)
-				sum += (w[h][t] = spos[t] > qpos ? 0.0 : exp(w[h][t] - mx));
+				sum += (w[h][t] = !at_visible(spos[t], qpos) ? 0.0 : exp(w[h][t] - mx));
 			for (uint32_t t = 0; t < T; t++) {
 				if (sum > 0)
 					w[h][t] /= sum;
@@ -184,7 +197,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 
 				for (uint32_t h = 0; h < nq; h++)
 					want += w[h][t];
-				if (spos[t] > qpos)
+				if (!at_visible(spos[t], qpos))
 					assert_true(att[t] == 0.0f);
 				if (!(fabs(att[t] - want) <= nq * TOL_ATT_W * M))
 					fail_msg("d %u nq %u qpos %d: att[%u] (pos %d) = %.9g, want %.9g", hd, nq, qpos, t,
@@ -209,7 +222,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 		if (n_vis == 1 && n_spec == 1 && spec[0].fmt == KV_FMT_F32) {
 			/* one slot: weight exactly 1 per head, out is its value */
 			for (uint32_t t = 0; t < T; t++)
-				if (spos[t] <= qpos) {
+				if (at_visible(spos[t], qpos)) {
 					assert_true(att[t] == (float)nq);
 					for (uint32_t h = 0; h < nq; h++)
 						assert_memory_equal(out + h * hd, Vd + (size_t)t * hd, hd * sizeof(float));
@@ -252,7 +265,7 @@ static void check_attn(const struct page_spec *spec, size_t n_spec, uint32_t hd,
 					fail_msg("d %u qpos %d: integer kernels give out[%u] = %.9g, exact %.9g", hd, qpos, i,
 						 (double)out3[i], (double)out[i]);
 			for (uint32_t t = 0; t < T; t++) {
-				if (spos[t] > qpos)
+				if (!at_visible(spos[t], qpos))
 					assert_true(att3[t] == 0.0f);
 				sum3 += att3[t];
 			}
@@ -306,6 +319,32 @@ static void test_attn_mixed(void **state)
 		check_attn(mixed, sizeof mixed / sizeof mixed[0], 64, nq, 35 + nq);
 		check_attn(rotated, sizeof rotated / sizeof rotated[0], 16, nq, 39 + nq);
 	}
+}
+
+/* Sliding windows mask the slots at qpos - window and before; soft-capped
+ * scores are cap * tanh(score / cap); each alone and together, on every
+ * page format, with and without skipping (a soft-capped stream skips cold
+ * pages on the raw bound of the capped limit). */
+static void test_attn_window_softcap(void **state)
+{
+	static const struct page_spec mixed[] = {
+		{ KV_FMT_Q4, 16, 6, 0 }, { KV_FMT_F16, 4, 3, 0 }, { KV_FMT_Q8, 8, 8, 0 }, { KV_FMT_Q2, 8, 5, 0 },
+		{ KV_FMT_Q4, 8, 4, 1 },  { KV_FMT_F32, 4, 4, 0 }, { KV_FMT_Q8, 4, 3, 1 }, { KV_FMT_Q2, 4, 4, 1 },
+	};
+	static const struct page_spec f16[] = { { KV_FMT_F16, 16, 13, 0 }, { KV_FMT_F16, 16, 16, 0 } };
+	static const struct { uint32_t window; float cap; } cases[] = { { 1, 0 }, { 5, 0 }, { 0, 0.3f }, { 7, 0.2f } };
+
+	(void)state;
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		at_window = cases[c].window;
+		at_softcap = cases[c].cap;
+		for (uint32_t nq = 1; nq <= 4; nq++) {
+			check_attn(mixed, sizeof mixed / sizeof mixed[0], 64, nq, 51 + nq + 8 * c);
+			check_attn(f16, 2, 64, nq, 61 + nq + 8 * c);
+		}
+	}
+	at_window = 0;
+	at_softcap = 0.0f;
 }
 
 /* Large scores (q·k in the thousands) do not overflow: the max is subtracted,
@@ -635,6 +674,7 @@ int main(void)
 		cmocka_unit_test(test_attn_f32),
 		cmocka_unit_test(test_attn_f16),
 		cmocka_unit_test(test_attn_mixed),
+		cmocka_unit_test(test_attn_window_softcap),
 		cmocka_unit_test(test_attn_large_scores),
 		cmocka_unit_test(test_attn_exp_kernel),
 		cmocka_unit_test(test_attn_q_kernels),

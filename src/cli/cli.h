@@ -99,6 +99,8 @@ int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_gen_model(int argc, char **argv);
+/* tierkv eval --kl-base FILE (eval_klbase.c) */
+int cli_eval_klbase(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 /* `tierkv bench --serve` (bench_serve.c), reached from cli_bench. */
 int cli_bench_serve(int argc, char **argv);

@@ -289,7 +289,6 @@ struct eval_ctx {
 	struct tkv_model *m;
 	struct evr_ctx r;    /* the runs (src/eval/run.c): scratch logits, uncounted memory */
 	size_t n_vocab;
-	size_t bpt;          /* K+V bytes of one token in a full f16 cache */
 	uint32_t n_ctx;
 };
 
@@ -318,13 +317,15 @@ struct eval_row {
 	int failed;
 };
 
-static size_t budget_bytes(double frac, size_t n_tokens, size_t bpt)
+/* A budget as a share of the full f16 cache of n tokens (the sliding-window
+ * layers at their window). */
+static size_t budget_bytes(const struct eval_ctx *x, double frac, size_t n_tokens)
 {
 	double b;
 
 	if (frac >= 1.0)
 		return 0;
-	b = frac * (double)n_tokens * (double)bpt;
+	b = frac * (double)tkv_model_kv_bytes(x->m, n_tokens);
 	return b < 1.0 ? 1 : (size_t)b;
 }
 
@@ -395,14 +396,14 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		return CLI_ERR;
 	}
 	full_bytes = (double)ref.end.kv_bytes;
-	if (ref.end.kv_bytes != t->n * x->bpt)
+	if (ref.end.kv_bytes != tkv_model_kv_bytes(x->m, t->n))
 		fprintf(stderr, "tierkv eval: note: the full cache holds %zu K+V bytes for %zu tokens, "
-			"expected %zu x %zu = %zu\n", ref.end.kv_bytes, t->n, t->n, x->bpt, t->n * x->bpt);
+			"expected %zu\n", ref.end.kv_bytes, t->n, tkv_model_kv_bytes(x->m, t->n));
 	*ref_seconds += cli_now() - t0;
 
 	for (size_t r = 0; r < n_rows; r++) {
 		struct eval_row *row = &rows[r];
-		struct tkv_engine_params ep = row_params(o, row, budget_bytes(row->budget, t->n, x->bpt));
+		struct tkv_engine_params ep = row_params(o, row, budget_bytes(x, row->budget, t->n));
 		struct evr_row q;
 
 		t0 = cli_now();
@@ -415,7 +416,7 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 			fprintf(stderr, "tierkv eval: %s at budget %g, layer plan %s, on %s:\n", tkv_policy_name(row->policy),
 				row->budget, o->plan_names[row->plan],
 				t->path);
-			cli_print_kv_stats(stderr, &q.end, t->n * x->bpt);
+			cli_print_kv_stats(stderr, &q.end, tkv_model_kv_bytes(x->m, t->n));
 			cli_print_layer_plan(stderr, &q.plan);
 		}
 		tkv_kv_layer_plan_str(&q.plan, row->plan_chosen, sizeof row->plan_chosen);
@@ -543,7 +544,7 @@ static int eval_copy(struct eval_ctx *x, const struct eval_text *texts, size_t n
 	*ref_seconds += cli_now() - t0;
 	for (size_t r = 0; r < n_rows; r++) {
 		struct eval_row *row = &rows[r];
-		struct tkv_engine_params ep = row_params(o, row, budget_bytes(row->budget, n, x->bpt));
+		struct tkv_engine_params ep = row_params(o, row, budget_bytes(x, row->budget, n));
 		struct evr_row q;
 
 		t0 = cli_now();
@@ -799,6 +800,8 @@ int cli_eval(int argc, char **argv)
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--retrieval"))
 			return cli_eval_retrieval(argc, argv);
+		else if (!strcmp(argv[i], "--kl-base"))
+			return cli_eval_klbase(argc, argv);
 	st = parse(argc, argv, &o);
 	if (st == -1)
 		return CLI_OK;
@@ -841,7 +844,6 @@ int cli_eval(int argc, char **argv)
 	rc = CLI_ERR;
 	x.o = &o;
 	x.n_vocab = info.n_vocab;
-	x.bpt = tkv_model_kv_bytes_per_token(x.m);
 	x.n_ctx = o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train;
 	o.ep.n_ctx = x.n_ctx;
 	st = evr_init(&x.r, x.m, (size_t)o.prefill, x.n_ctx, NULL);

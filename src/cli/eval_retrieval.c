@@ -242,7 +242,6 @@ struct rq_ctx {
 	struct tkv_model *m;
 	struct retr_corpus *corpus;
 	struct evr_ctx r;
-	size_t bpt;               /* K+V bytes of one token in a full f16 cache */
 	uint32_t n_ctx;
 	struct rq_sample *samples;
 	size_t n_samples;
@@ -251,8 +250,7 @@ struct rq_ctx {
 	unsigned char *result;    /* (n_rows, n_samples): 0 not run, 1 wrong, 2 right */
 };
 
-static struct tkv_engine_params row_params(const struct rq_opts *o, const struct rq_row *r, size_t n_tokens,
-					   size_t bpt)
+static struct tkv_engine_params row_params(const struct rq_opts *o, const struct rq_row *r, size_t full)
 {
 	struct tkv_engine_params ep = o->ep;
 
@@ -269,7 +267,7 @@ static struct tkv_engine_params row_params(const struct rq_opts *o, const struct
 	ep.kv.policy = r->policy;
 	ep.kv.seq_budget = 0;
 	if (r->budget < 1.0) {
-		double b = r->budget * (double)n_tokens * (double)bpt;
+		double b = r->budget * (double)full;
 
 		if (r->mem)
 			ep.kv_mem = b < 1.0 ? 1 : (size_t)b;
@@ -298,7 +296,7 @@ static int run_one(struct rq_ctx *x, size_t r, size_t i)
 	const struct retr_sample *s = &x->samples[i].s;
 	struct rq_row *row = &x->rows[r];
 	const struct retr_task *task = &retr_tasks[s->task];
-	struct tkv_engine_params ep = row_params(x->o, row, s->n_ids, x->bpt);
+	struct tkv_engine_params ep = row_params(x->o, row, tkv_model_kv_bytes(x->m, s->n_ids));
 	int32_t gen[RETR_ANSWER_MAX];
 	struct rq_done dc = { x->corpus, s };
 	struct evr_ask a = { .ids = s->ids, .n = s->n_ids, .n_context = s->n_context, .n_gen = task->n_answer,
@@ -319,7 +317,7 @@ static int run_one(struct rq_ctx *x, size_t r, size_t i)
 	}
 	retr_score(x->corpus, s, gen, a.n_out, &sc);
 	row->kv_peak += (double)a.kv_peak;
-	row->kv_full += (double)a.n_past * (double)x->bpt;
+	row->kv_full += (double)tkv_model_kv_bytes(x->m, a.n_past);
 	row->n_run++;
 	row->n[s->task]++;
 	row->correct[s->task] += sc.correct;
@@ -329,7 +327,7 @@ static int run_one(struct rq_ctx *x, size_t r, size_t i)
 	if (x->o->kv_stats) {
 		fprintf(stderr, "tierkv eval: %s at budget %g on %s (length %zu, depth %g):\n",
 			tkv_policy_name(row->policy), row->budget, task->name, s->length, s->depth);
-		cli_print_kv_stats(stderr, &a.end, a.n_past * x->bpt);
+		cli_print_kv_stats(stderr, &a.end, tkv_model_kv_bytes(x->m, a.n_past));
 	}
 	if (x->o->verbose) {
 		char text[512];
@@ -656,7 +654,6 @@ int cli_eval_retrieval(int argc, char **argv)
 	if ((rc = cli_check_layer_plan("eval", &o.ep, &info)))
 		goto out;
 	rc = CLI_ERR;
-	x.bpt = tkv_model_kv_bytes_per_token(x.m);
 	x.n_ctx = o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train;
 	o.ep.n_ctx = x.n_ctx;
 	if (o.n_lens == 0)

@@ -25,21 +25,101 @@
 #include "util/status.h"
 #include "util/tpool.h"
 
+/* What a family's files carry beyond llama's tensors. */
+#define GM_BIAS     (1u << 0)  /* attn_q/k/v.bias (qwen2) */
+#define GM_QK_NORM  (1u << 1)  /* attn_q_norm, attn_k_norm (qwen3, gemma3) */
+#define GM_POST     (1u << 2)  /* post_attention_norm, post_ffw_norm (gemma2/3) */
+#define GM_FUSED    (1u << 3)  /* attn_qkv, and ffn_up holding gate and up (phi3) */
+#define GM_TIED     (1u << 4)  /* no output.weight: the embedding is the output */
+#define GM_LONGROPE (1u << 5)  /* rope_factors_short/long, original context 4096 (phi3) */
+#define GM_LLAMA3   (1u << 6)  /* rope_freqs of Llama 3.1's rope scaling (factor 32) */
+#define GM_SOFTCAP  (1u << 7)  /* attention and final soft-caps 50 and 30 (gemma2) */
+#define GM_TIGHTCAP (1u << 8)  /* soft-caps 4 and 6 instead, where random logits reach them */
+
 struct gm_shape {
 	const char *name;
+	const char *arch;        /* general.architecture */
 	uint32_t dim, n_layer, n_head, n_kv_head, n_ff, n_vocab, n_ctx;
 	float rope_base, rms_eps;
+	uint32_t head_dim;       /* 0: dim / n_head */
+	uint32_t n_rot;          /* 0: head_dim */
+	uint32_t window;         /* attention.sliding_window, 0 = none */
+	uint32_t flags;          /* GM_* */
+	const char *vocab;       /* the vocabulary in ../shared/vocab it is meant for (the real
+				  * one, or the nearest there: see gm_help), NULL for the old shapes */
 };
 
+/* The families' shapes are the models' config.json values. Their files get
+ * exactly n_vocab tokens (the vocabulary padded with [PAD<i>] tokens or cut),
+ * peaked next-token distributions (gm_tensors) and wq/wk of a larger spread
+ * so that attention is far from uniform. */
 static const struct gm_shape gm_shapes[] = {
-	{ "tinyllama-1.1b", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f },
-	{ "llama2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f },
-	{ "llama3-8b", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f },
-	{ "stories15m", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f },
+	{ "tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
+	{ "llama2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
+	{ "llama3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0, 0, NULL },
+	{ "stories15m", "llama", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
 	/* models/kjv-2048.gguf's shape (its file is the vocabulary): every row a
 	 * whole number of 256-blocks, small enough to write each type in tests */
-	{ "kjv-2048", 256, 6, 8, 4, 768, 2048, 2048, 10000.0f, 1e-5f },
+	{ "kjv-2048", "llama", 256, 6, 8, 4, 768, 2048, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
+	{ "llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, 64, 0, 0,
+	  GM_TIED | GM_LLAMA3, "llama-bpe" },
+	{ "llama3.2-3b", "llama", 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, 128, 0, 0,
+	  GM_TIED | GM_LLAMA3, "llama-bpe" },
+	{ "mistral-7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, 10000.0f, 1e-5f, 128, 0, 4096, 0,
+	  "llama-spm" },
+	{ "qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, 64, 0, 0,
+	  GM_BIAS | GM_TIED, "qwen2" },
+	{ "qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936, 32768, 1000000.0f, 1e-6f, 128, 0, 0,
+	  GM_BIAS | GM_TIED, "qwen2" },
+	{ "qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1000000.0f, 1e-6f, 128, 0, 0, GM_BIAS,
+	  "qwen2" },
+	{ "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0,
+	  GM_QK_NORM | GM_TIED, "qwen2" },
+	{ "qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0,
+	  GM_QK_NORM | GM_TIED, "qwen2" },
+	{ "qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0, GM_QK_NORM,
+	  "qwen2" },
+	{ "gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 10000.0f, 1e-6f, 256, 0, 4096,
+	  GM_POST | GM_TIED | GM_SOFTCAP, "gemma-4" },
+	{ "gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 1000000.0f, 1e-6f, 256, 0, 512,
+	  GM_POST | GM_QK_NORM | GM_TIED, "gemma-4" },
+	{ "gemma3-4b", "gemma3", 2560, 34, 8, 4, 10240, 262208, 131072, 1000000.0f, 1e-6f, 256, 0, 1024,
+	  GM_POST | GM_QK_NORM | GM_TIED, "gemma-4" },
+	{ "phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 131072, 10000.0f, 1e-5f, 96, 0, 0,
+	  GM_FUSED | GM_LONGROPE, "phi-3" },
+	{ "phi4-mini", "phi3", 3072, 32, 24, 8, 8192, 200064, 131072, 10000.0f, 1e-5f, 128, 96, 0,
+	  GM_FUSED | GM_LONGROPE | GM_TIED, "qwen2" },
+	/* each family small, on models/kjv-2048.gguf's vocabulary, windows of 16
+	 * tokens, for the tests (tests/cli_families.sh) */
+	{ "test-llama3", "llama", 256, 2, 4, 2, 512, 2048, 131072, 500000.0f, 1e-5f, 64, 0, 0, GM_TIED | GM_LLAMA3,
+	  "kjv-2048" },
+	{ "test-mistral", "llama", 256, 2, 4, 2, 512, 2048, 32768, 10000.0f, 1e-5f, 64, 0, 16, 0, "kjv-2048" },
+	{ "test-qwen2", "qwen2", 256, 2, 4, 2, 512, 2048, 32768, 1000000.0f, 1e-6f, 64, 0, 0, GM_BIAS | GM_TIED,
+	  "kjv-2048" },
+	{ "test-qwen3", "qwen3", 256, 2, 4, 2, 512, 2048, 40960, 1000000.0f, 1e-6f, 64, 0, 0, GM_QK_NORM,
+	  "kjv-2048" },
+	{ "test-gemma2", "gemma2", 256, 2, 4, 2, 512, 2048, 8192, 10000.0f, 1e-6f, 64, 0, 16,
+	  GM_POST | GM_TIED | GM_SOFTCAP | GM_TIGHTCAP, "kjv-2048" },
+	{ "test-gemma3", "gemma3", 256, 6, 4, 1, 512, 2048, 32768, 1000000.0f, 1e-6f, 64, 0, 16,
+	  GM_POST | GM_QK_NORM | GM_TIED, "kjv-2048" },
+	{ "test-phi3", "phi3", 256, 2, 4, 4, 512, 2048, 131072, 10000.0f, 1e-5f, 64, 0, 0, GM_FUSED | GM_LONGROPE,
+	  "kjv-2048" },
 };
+#define GM_SHAPE_LIST "tinyllama-1.1b | llama2-7b | llama3-8b | stories15m | kjv-2048 | llama3.2-1b | llama3.2-3b |\n" \
+	"                    mistral-7b | qwen2.5-0.5b | qwen2.5-1.5b | qwen2.5-7b | qwen3-0.6b | qwen3-4b | qwen3-8b |\n" \
+	"                    gemma2-2b | gemma3-1b | gemma3-4b | phi3-mini | phi4-mini;\n" \
+	"                    small ones for tests: test-llama3 | test-mistral | test-qwen2 | test-qwen3 |\n" \
+	"                    test-gemma2 | test-gemma3 | test-phi3"
+
+static uint32_t gm_head_dim(const struct gm_shape *sh)
+{
+	return sh->head_dim ? sh->head_dim : sh->dim / sh->n_head;
+}
+
+static uint32_t gm_n_rot(const struct gm_shape *sh)
+{
+	return sh->n_rot ? sh->n_rot : gm_head_dim(sh);
+}
 
 /* llama.cpp's general.file_type numbering for files of one weight type. */
 static uint32_t gm_file_type(uint32_t t)
@@ -72,12 +152,14 @@ static void gm_help(void)
 {
 	printf("usage: tierkv gen-model --shape SHAPE --type TYPE --vocab VOCAB.gguf -o OUT.gguf [options]\n"
 	       "\n"
-	       "Writes a llama GGUF with random weights of a real model's shape (for benchmarks;\n"
-	       "llama.cpp reads it too). The tokenizer is copied from VOCAB.gguf.\n"
+	       "Writes a GGUF of a model family with random weights of a real model's shape (for\n"
+	       "benchmarks and comparisons; llama.cpp reads it too). The tokenizer is copied from\n"
+	       "VOCAB.gguf; the families' shapes pad or cut it to the model's vocabulary size.\n"
 	       "\n"
-	       "  --shape NAME      tinyllama-1.1b | llama2-7b | llama3-8b | stories15m | kjv-2048\n"
+	       "  --shape NAME      " GM_SHAPE_LIST "\n"
 	       "  --type TYPE       weights: " GM_TYPE_LIST "\n"
-	       "  --vocab PATH      GGUF with the tokenizer (e.g. ../shared/vocab/ggml-vocab-llama-spm.gguf)\n"
+	       "  --vocab PATH      GGUF with the tokenizer (e.g. ../shared/vocab/ggml-vocab-qwen2.gguf; each\n"
+	       "                    family shape names its own in the message it prints)\n"
 	       "  -o, --output PATH file to write\n"
 	       "  --seed N          random seed (default 1)\n"
 	       "  --layers N        override the number of layers (quick tests)\n"
@@ -110,13 +192,44 @@ static void gm_fill(float *x, int64_t n, uint64_t key, float mean, float std)
 	}
 }
 
+/* A tensor's values: random, or one of the fixed rotary factor tables. */
+enum gm_fill { GM_RANDOM, GM_ROPE_SHORT, GM_ROPE_LONG, GM_ROPE_LLAMA3 };
+
 struct gm_tensor {
 	char name[64];
 	uint32_t n_dims;
 	uint64_t ne[2];
 	uint32_t type;
 	float mean, std;
+	uint64_t rows2;        /* rows from this one on have std2 (a fused tensor's parts) */
+	float std2;
+	enum gm_fill fill;
+	float base;            /* GM_ROPE_LLAMA3: the rope base; n_rot is 2 * ne[0] */
 };
+
+/* Element i of a fixed table of n (LongRoPE-like short and long factors,
+ * rising with the dimension; Llama 3.1's factors for base, scale 32, low 1,
+ * high 4, original context 8192). */
+static float gm_fixed(const struct gm_tensor *t, uint64_t i)
+{
+	double x = (double)i / (double)(t->ne[0] > 1 ? t->ne[0] - 1 : 1);
+
+	if (t->fill == GM_ROPE_SHORT)
+		return (float)(1.0 + 0.05 * x);
+	if (t->fill == GM_ROPE_LONG)
+		return (float)(1.0 + 30.0 * x * x);
+	{
+		double freq = pow((double)t->base, -2.0 * (double)i / (2.0 * (double)t->ne[0]));
+		double wavelen = 2.0 * M_PI / freq, old = 8192.0, factor = 32.0, smooth;
+
+		if (wavelen < old / 4.0)
+			return 1.0f;
+		if (wavelen > old / 1.0)
+			return (float)factor;
+		smooth = (old / wavelen - 1.0) / (4.0 - 1.0);
+		return (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+	}
+}
 
 /* One chunk of rows of a tensor, generated and quantized by all threads. */
 struct gm_job {
@@ -136,7 +249,12 @@ static void gm_worker(void *ctx, int ith, int nth)
 	for (int64_t r = j->n_rows * ith / nth; r < j->n_rows * (ith + 1) / nth; r++) {
 		uint64_t row = (uint64_t)(j->row0 + r);
 
-		gm_fill(x, (int64_t)j->t->ne[0], j->seed ^ gm_mix(j->tensor_idx << 32 ^ row), j->t->mean, j->t->std);
+		if (j->t->fill != GM_RANDOM)
+			for (uint64_t i = 0; i < j->t->ne[0]; i++)
+				x[i] = gm_fixed(j->t, i);
+		else
+			gm_fill(x, (int64_t)j->t->ne[0], j->seed ^ gm_mix(j->tensor_idx << 32 ^ row), j->t->mean,
+				row >= j->t->rows2 ? j->t->std2 : j->t->std);
 		ops_quantize_row(j->t->type, x, j->out + (size_t)r * j->row_bytes, (int64_t)j->t->ne[0]);
 	}
 }
@@ -200,7 +318,7 @@ static int gm_parse(int argc, char **argv, struct gm_opts *o)
 				if (!strcmp(v, gm_shapes[i].name))
 					o->shape = &gm_shapes[i];
 			if (!o->shape)
-				return cli_usage_error(&a, "--shape: unknown shape '%s' (tinyllama-1.1b, llama2-7b, llama3-8b, stories15m, kjv-2048)", v);
+				return cli_usage_error(&a, "--shape: unknown shape '%s' (see tierkv gen-model --help)", v);
 		} else if (!strcmp(s, "--type")) {
 			if (!(v = cli_value(&a, s)))
 				return CLI_USAGE;
@@ -241,47 +359,238 @@ static int gm_parse(int argc, char **argv, struct gm_opts *o)
 	return 0;
 }
 
-/* The tensors of a llama model in llama.cpp's order. */
+/* Entries of the vocabulary file's token list. */
+static uint64_t gm_vocab_n(const struct gguf_file *voc)
+{
+	const struct gguf_kv *kv = gguf_find(voc, "tokenizer.ggml.tokens");
+
+	return kv && kv->type == GGUF_TYPE_ARRAY ? kv->v.arr.n : 0;
+}
+
+/* A tokenizer array (tokens, scores, token types) fitted to n entries:
+ * cut, or padded with [PAD<i>] tokens of type UNUSED, score 0 (as llama.cpp's
+ * converter pads a vocabulary to the embedding's rows). */
+static int gm_fit_arr(struct gguf_w *w, const char *key, const struct gguf_kv *kv, uint32_t n)
+{
+	uint64_t have = kv->v.arr.n;
+	int st;
+
+	if (kv->v.arr.type == GGUF_TYPE_STRING) {
+		struct gguf_str *strs = calloc(n, sizeof *strs);
+		char (*pad)[24] = calloc(n > have ? n - have : 1, sizeof *pad);
+
+		if (!strs || !pad) {
+			free(strs);
+			free(pad);
+			return TKV_ERR_NOMEM;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			if (i < have) {
+				strs[i] = kv->v.arr.strs[i];
+				continue;
+			}
+			snprintf(pad[i - have], sizeof pad[0], "[PAD%u]", i);
+			strs[i].ptr = pad[i - have];
+			strs[i].len = strlen(pad[i - have]);
+		}
+		st = gguf_w_add_arr_strn(w, key, strs, n);
+		free(strs);
+		free(pad);
+		return st;
+	}
+	if (kv->v.arr.type == GGUF_TYPE_FLOAT32 || kv->v.arr.type == GGUF_TYPE_INT32) {
+		uint32_t *v = calloc(n, 4);
+
+		if (!v)
+			return TKV_ERR_NOMEM;
+		memcpy(v, kv->v.arr.data, (size_t)(have < n ? have : n) * 4);
+		for (uint64_t i = have; i < n; i++)
+			v[i] = kv->v.arr.type == GGUF_TYPE_INT32 ? 5u /* UNUSED */ : 0u;
+		st = gguf_w_add_arr(w, key, kv->v.arr.type, v, n);
+		free(v);
+		return st;
+	}
+	return gm_copy_kv(w, kv);
+}
+
+/* The tokenizer keys of the vocabulary file; the families' shapes fit the
+ * token arrays to n_vocab and drop special-token ids past it. */
+static void gm_tokenizer(struct gguf_w *w, const struct gm_opts *o, const struct gguf_file *voc, uint32_t n_vocab)
+{
+	for (uint64_t i = 0; i < gguf_n_kv(voc); i++) {
+		const struct gguf_kv *kv = gguf_kv_at(voc, i);
+		char key[256];
+
+		if (!(kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)))
+			continue;
+		snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 255 ? kv->key.len : 255), kv->key.ptr);
+		if (!o->shape->vocab) {
+			gm_copy_kv(w, kv);
+		} else if (kv->type == GGUF_TYPE_ARRAY && kv->v.arr.n == gm_vocab_n(voc) &&
+			   strcmp(key, "tokenizer.ggml.merges")) {
+			gm_fit_arr(w, key, kv, n_vocab);
+		} else if (!(kv->type == GGUF_TYPE_UINT32 && strstr(key, "_token_id") && kv->v.u64 >= n_vocab)) {
+			gm_copy_kv(w, kv);
+		}
+	}
+}
+
+/* The model's metadata under its family's prefix, then the tokenizer. */
+static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf_file *voc, uint32_t n_vocab,
+		    uint32_t n_layer)
+{
+	const struct gm_shape *sh = o->shape;
+	char name[128], key[128];
+	const char *a = sh->arch;
+
+#define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
+	snprintf(name, sizeof name, "tierkv random %s %s", sh->name, tkv_dtype_name(o->type));
+	gguf_w_add_str(w, "general.architecture", a);
+	gguf_w_add_str(w, "general.name", name);
+	gguf_w_add_u32(w, "general.file_type", gm_file_type(o->type));
+	gguf_w_add_u32(w, "general.quantization_version", 2);
+	gguf_w_add_u32(w, KEY("context_length"), sh->n_ctx);
+	gguf_w_add_u32(w, KEY("embedding_length"), sh->dim);
+	gguf_w_add_u32(w, KEY("block_count"), n_layer);
+	gguf_w_add_u32(w, KEY("feed_forward_length"), sh->n_ff);
+	gguf_w_add_u32(w, KEY("attention.head_count"), sh->n_head);
+	gguf_w_add_u32(w, KEY("attention.head_count_kv"), sh->n_kv_head);
+	if (sh->vocab) {
+		gguf_w_add_u32(w, KEY("attention.key_length"), gm_head_dim(sh));
+		gguf_w_add_u32(w, KEY("attention.value_length"), gm_head_dim(sh));
+	}
+	gguf_w_add_u32(w, KEY("rope.dimension_count"), gm_n_rot(sh));
+	gguf_w_add_f32(w, KEY("rope.freq_base"), sh->rope_base);
+	gguf_w_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->rms_eps);
+	gguf_w_add_u32(w, KEY("vocab_size"), n_vocab);
+	if (sh->window)
+		gguf_w_add_u32(w, KEY("attention.sliding_window"), sh->window);
+	if (sh->flags & GM_SOFTCAP) {
+		gguf_w_add_f32(w, KEY("attn_logit_softcapping"), sh->flags & GM_TIGHTCAP ? 4.0f : 50.0f);
+		gguf_w_add_f32(w, KEY("final_logit_softcapping"), sh->flags & GM_TIGHTCAP ? 6.0f : 30.0f);
+	}
+	if (sh->flags & GM_LONGROPE) {
+		/* Phi-3's LongRoPE: sqrt(1 + ln(context / original) / ln(original)) */
+		gguf_w_add_u32(w, KEY("rope.scaling.original_context_length"), 4096);
+		gguf_w_add_f32(w, KEY("rope.scaling.attn_factor"),
+			       (float)sqrt(1.0 + log((double)sh->n_ctx / 4096.0) / log(4096.0)));
+	}
+#undef KEY
+	gm_tokenizer(w, o, voc, n_vocab);
+}
+
+/* Spreads of the families' random weights: wq and wk give attention logits
+ * of about GM_QK_LOGIT standard deviations (sqrt(GM_QK_LOGIT / dim)), q/k norm
+ * weights about the same, and the output norm's weights next-token logits
+ * of about GM_OUT_LOGIT, so that attention and next-token distributions are
+ * peaked (mean entropy well below half of ln(vocab)). The old shapes keep
+ * N(0, 0.02) everywhere and norms at 1. */
+#define GM_QK_LOGIT 4.0
+#define GM_OUT_LOGIT 8.0
+#define GM_STD 0.02f
+
+struct gm_list {
+	struct gm_tensor *t;
+	size_t k;
+};
+
+static struct gm_tensor *gm_add(struct gm_list *L, const char *name, uint32_t n_dims, uint64_t in, uint64_t out,
+				uint32_t type, float mean, float std)
+{
+	struct gm_tensor *t = &L->t[L->k++];
+
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->n_dims = n_dims;
+	t->ne[0] = in;
+	t->ne[1] = out;
+	t->type = type;
+	t->mean = mean;
+	t->std = t->std2 = std;
+	t->rows2 = UINT64_MAX;
+	return t;
+}
+
+/* One layer's tensors, in llama.cpp's order. */
+static void gm_layer(const struct gm_opts *o, struct gm_list *L, uint32_t l, float qk_std, float qkn_mean)
+{
+	const struct gm_shape *sh = o->shape;
+	uint64_t hd = gm_head_dim(sh), qd = hd * sh->n_head, kvd = hd * sh->n_kv_head, D = sh->dim;
+	uint32_t f = sh->flags, T = o->type;
+	char nm[64];
+
+#define NM(s) (snprintf(nm, sizeof nm, "blk.%u." s, l), nm)
+	gm_add(L, NM("attn_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
+	if (f & GM_FUSED) {
+		struct gm_tensor *t = gm_add(L, NM("attn_qkv.weight"), 2, D, qd + 2 * kvd, T, 0.0f, qk_std);
+
+		t->rows2 = qd + kvd;
+		t->std2 = GM_STD;
+	} else {
+		gm_add(L, NM("attn_q.weight"), 2, D, qd, T, 0.0f, qk_std);
+		gm_add(L, NM("attn_k.weight"), 2, D, kvd, T, 0.0f, qk_std);
+		gm_add(L, NM("attn_v.weight"), 2, D, kvd, T, 0.0f, GM_STD);
+	}
+	if (f & GM_BIAS) {
+		gm_add(L, NM("attn_q.bias"), 1, qd, 1, TKV_F32, 0.0f, 0.5f);
+		gm_add(L, NM("attn_k.bias"), 1, kvd, 1, TKV_F32, 0.0f, 0.5f);
+		gm_add(L, NM("attn_v.bias"), 1, kvd, 1, TKV_F32, 0.0f, 0.1f);
+	}
+	if (f & GM_QK_NORM) {
+		gm_add(L, NM("attn_q_norm.weight"), 1, hd, 1, TKV_F32, qkn_mean, 0.1f);
+		gm_add(L, NM("attn_k_norm.weight"), 1, hd, 1, TKV_F32, qkn_mean, 0.1f);
+	}
+	gm_add(L, NM("attn_output.weight"), 2, qd, D, T, 0.0f, GM_STD);
+	if (f & GM_POST)
+		gm_add(L, NM("post_attention_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
+	gm_add(L, NM("ffn_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
+	if (f & GM_FUSED) {
+		gm_add(L, NM("ffn_up.weight"), 2, D, 2 * (uint64_t)sh->n_ff, T, 0.0f, GM_STD);
+	} else {
+		gm_add(L, NM("ffn_gate.weight"), 2, D, sh->n_ff, T, 0.0f, GM_STD);
+		gm_add(L, NM("ffn_up.weight"), 2, D, sh->n_ff, T, 0.0f, GM_STD);
+	}
+	gm_add(L, NM("ffn_down.weight"), 2, sh->n_ff, D, T, 0.0f, GM_STD);
+	if (f & GM_POST)
+		gm_add(L, NM("post_ffw_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
+#undef NM
+}
+
+/* The tensors of a model in llama.cpp's order. */
 static int gm_tensors(const struct gm_opts *o, uint32_t n_vocab, uint32_t n_layer, struct gm_tensor **out,
 		      size_t *n_out)
 {
 	const struct gm_shape *sh = o->shape;
-	uint64_t hd = sh->dim / sh->n_head, kvd = hd * sh->n_kv_head;
-	size_t n = 3 + 9 * (size_t)n_layer, k = 0;
-	struct gm_tensor *t = calloc(n, sizeof *t);
+	bool fam = sh->vocab != NULL;
+	float qk_std = fam ? (float)sqrt(GM_QK_LOGIT / sh->dim) : GM_STD;
+	float qkn_mean = (float)sqrt(GM_QK_LOGIT);  /* q, k rows of rms ~2 after their norm */
+	float out_mean = fam ? (float)(GM_OUT_LOGIT / (GM_STD * sqrt(sh->dim))) : 1.0f;
+	uint64_t half = gm_n_rot(sh) / 2;
+	struct gm_list L = { calloc(6 + 20 * (size_t)n_layer, sizeof(struct gm_tensor)), 0 };
 
-	if (!t)
+	if (!L.t)
 		return -1;
-#define MAT(nm, in, outf) (snprintf(t[k].name, sizeof t[k].name, "%s", nm), t[k].n_dims = 2, t[k].ne[0] = (in), \
-			    t[k].ne[1] = (outf), t[k].type = o->type, t[k].mean = 0.0f, t[k].std = 0.02f, k++)
-#define VEC(nm, len) (snprintf(t[k].name, sizeof t[k].name, "%s", nm), t[k].n_dims = 1, t[k].ne[0] = (len), \
-		      t[k].ne[1] = 1, t[k].type = TKV_F32, t[k].mean = 1.0f, t[k].std = 0.02f, k++)
-	MAT("token_embd.weight", sh->dim, n_vocab);
-	VEC("output_norm.weight", sh->dim);
-	MAT("output.weight", sh->dim, n_vocab);
-	for (uint32_t l = 0; l < n_layer; l++) {
-		char nm[64];
-
-#define NM(s) (snprintf(nm, sizeof nm, "blk.%u." s, l), nm)
-		VEC(NM("attn_norm.weight"), sh->dim);
-		MAT(NM("attn_q.weight"), sh->dim, sh->dim);
-		MAT(NM("attn_k.weight"), sh->dim, kvd);
-		MAT(NM("attn_v.weight"), sh->dim, kvd);
-		MAT(NM("attn_output.weight"), sh->dim, sh->dim);
-		VEC(NM("ffn_norm.weight"), sh->dim);
-		MAT(NM("ffn_gate.weight"), sh->dim, sh->n_ff);
-		MAT(NM("ffn_up.weight"), sh->dim, sh->n_ff);
-		MAT(NM("ffn_down.weight"), sh->n_ff, sh->dim);
-#undef NM
+	gm_add(&L, "token_embd.weight", 2, sh->dim, n_vocab, o->type, 0.0f, GM_STD);
+	gm_add(&L, "output_norm.weight", 1, sh->dim, 1, TKV_F32, out_mean, GM_STD * out_mean);
+	if (!(sh->flags & GM_TIED))
+		gm_add(&L, "output.weight", 2, sh->dim, n_vocab, o->type, 0.0f, GM_STD);
+	if (sh->flags & GM_LONGROPE) {
+		gm_add(&L, "rope_factors_long.weight", 1, half, 1, TKV_F32, 0, 0)->fill = GM_ROPE_LONG;
+		gm_add(&L, "rope_factors_short.weight", 1, half, 1, TKV_F32, 0, 0)->fill = GM_ROPE_SHORT;
 	}
-#undef MAT
-#undef VEC
+	if (sh->flags & GM_LLAMA3) {
+		struct gm_tensor *t = gm_add(&L, "rope_freqs.weight", 1, half, 1, TKV_F32, 0, 0);
+
+		t->fill = GM_ROPE_LLAMA3;
+		t->base = sh->rope_base;
+	}
+	for (uint32_t l = 0; l < n_layer; l++)
+		gm_layer(o, &L, l, qk_std, qkn_mean);
 	/* rows that are not whole blocks of the type fall back to q8_0 */
-	for (size_t i = 0; i < k; i++)
-		if (t[i].n_dims == 2 && t[i].ne[0] % tkv_dtype_traits(t[i].type)->blck)
-			t[i].type = TKV_Q8_0;
-	*out = t;
-	*n_out = k;
+	for (size_t i = 0; i < L.k; i++)
+		if (L.t[i].n_dims == 2 && L.t[i].ne[0] % tkv_dtype_traits(L.t[i].type)->blck)
+			L.t[i].type = TKV_Q8_0;
+	*out = L.t;
+	*n_out = L.k;
 	return 0;
 }
 
@@ -318,7 +627,15 @@ int cli_gen_model(int argc, char **argv)
 	if ((st = gguf_get_arr(voc, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens, &err)))
 		goto fail;
 	n_vocab = (uint32_t)tokens->v.arr.n;
-	if (n_vocab != o.shape->n_vocab)
+	if (o.shape->vocab) {
+		if (n_vocab != o.shape->n_vocab)
+			fprintf(stderr, "tierkv gen-model: %s has %u tokens; %s has %u: %s to fit\n", o.vocab, n_vocab,
+				o.shape->name, o.shape->n_vocab, n_vocab < o.shape->n_vocab ? "padded" : "cut");
+		if (!strstr(o.vocab, o.shape->vocab))
+			fprintf(stderr, "tierkv gen-model: note: %s is meant for ggml-vocab-%s.gguf\n", o.shape->name,
+				o.shape->vocab);
+		n_vocab = o.shape->n_vocab;
+	} else if (n_vocab != o.shape->n_vocab)
 		fprintf(stderr, "tierkv gen-model: %s has %u tokens; the model gets %u rows of embeddings (the shape's is %u)\n",
 			o.vocab, n_vocab, n_vocab, o.shape->n_vocab);
 	if (gm_tensors(&o, n_vocab, n_layer, &t, &n_t)) {
@@ -330,32 +647,7 @@ int cli_gen_model(int argc, char **argv)
 		tkv_errf(&err, st, "out of memory");
 		goto fail;
 	}
-	{
-		const struct gm_shape *sh = o.shape;
-		char name[128];
-
-		snprintf(name, sizeof name, "tierkv random %s %s", sh->name, tkv_dtype_name(o.type));
-		gguf_w_add_str(w, "general.architecture", "llama");
-		gguf_w_add_str(w, "general.name", name);
-		gguf_w_add_u32(w, "general.file_type", gm_file_type(o.type));
-		gguf_w_add_u32(w, "general.quantization_version", 2);
-		gguf_w_add_u32(w, "llama.context_length", sh->n_ctx);
-		gguf_w_add_u32(w, "llama.embedding_length", sh->dim);
-		gguf_w_add_u32(w, "llama.block_count", n_layer);
-		gguf_w_add_u32(w, "llama.feed_forward_length", sh->n_ff);
-		gguf_w_add_u32(w, "llama.attention.head_count", sh->n_head);
-		gguf_w_add_u32(w, "llama.attention.head_count_kv", sh->n_kv_head);
-		gguf_w_add_u32(w, "llama.rope.dimension_count", sh->dim / sh->n_head);
-		gguf_w_add_f32(w, "llama.rope.freq_base", sh->rope_base);
-		gguf_w_add_f32(w, "llama.attention.layer_norm_rms_epsilon", sh->rms_eps);
-		gguf_w_add_u32(w, "llama.vocab_size", n_vocab);
-		for (uint64_t i = 0; i < gguf_n_kv(voc); i++) {
-			const struct gguf_kv *kv = gguf_kv_at(voc, i);
-
-			if (kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10))
-				gm_copy_kv(w, kv);
-		}
-	}
+	gm_meta(w, &o, voc, n_vocab, n_layer);
 	for (size_t i = 0; i < n_t; i++) {
 		gguf_w_add_tensor(w, t[i].name, t[i].n_dims, t[i].ne, t[i].type);
 		fallback += t[i].n_dims == 2 && t[i].type != o.type;

@@ -170,9 +170,12 @@ int cli_inspect(int argc, char **argv)
 		       in.n_vocab, in.n_ctx_train, in.dim, in.n_layer, in.n_head, in.n_kv_head, in.head_dim, in.n_ff);
 		printf("  rope: %u dims, base %g, linear scale %g; rms eps %g\n", in.n_rot, in.rope_base,
 		       in.rope_scale, in.rms_eps);
-		printf("  KV bytes per token: %zu (f16), %zu (f32); full context (%u tokens): %s (f16)\n",
-		       per_tok, per_tok * 2, in.n_ctx_train,
-		       cli_fmt_bytes(b, sizeof b, (double)per_tok * in.n_ctx_train));
+		if (in.n_swa_layers || in.attn_softcap > 0.0f || in.final_softcap > 0.0f)
+			printf("  sliding window %u tokens on %u of %u layers; soft-caps: attention %g, output %g\n",
+			       in.n_swa, in.n_swa_layers, in.n_layer, in.attn_softcap, in.final_softcap);
+		printf("  KV bytes per token: %zu (f16), %zu (f32)%s; full context (%u tokens): %s (f16)\n",
+		       per_tok, per_tok * 2, tkv_model_kv_bytes(m, 1) != per_tok ? " in the global layers" : "",
+		       in.n_ctx_train, cli_fmt_bytes(b, sizeof b, (double)tkv_model_kv_bytes(m, in.n_ctx_train)));
 		tkv_model_free(m);
 	} else {
 		printf("\nmodel: not loadable for inference: %s\n", err.msg);

@@ -284,7 +284,7 @@ static void run_report(struct run_state *r, const struct run_opts *o, double t0,
 	if (o->kv_stats) {
 		struct tkv_kv_layer_plan lp;
 
-		cli_print_kv_stats(stderr, &ks, ks.n_tokens * tkv_model_kv_bytes_per_token(r->m));
+		cli_print_kv_stats(stderr, &ks, tkv_model_kv_bytes(r->m, ks.n_tokens));
 		tkv_seq_layer_plan(r->seq, &lp);
 		cli_print_layer_plan(stderr, &lp);
 	}

@@ -14,6 +14,7 @@
 #include "kv/pool.h"
 #include "kv/prefix.h"
 #include "kv/seq.h"
+#include "kv/window.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/status.h"
@@ -109,16 +110,19 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 			.n_head = m->info.n_head,
 			.n_kv_head = m->info.n_kv_head,
 			.head_dim = m->info.head_dim,
+			.softcap = m->hp.attn_softcap,
 		};
 
 		if ((st = kv_cache_init(&e->cache, &e->cfg, &sh, e->alloc, err)))
 			goto out_free;
 	}
 	e->logits = tkv_malloc(e->alloc, (size_t)e->params.n_batch * m->info.n_vocab * sizeof(float));
-	if (!e->logits) {
+	e->window = tkv_malloc(e->alloc, m->info.n_layer * sizeof *e->window);
+	if (!e->logits || !e->window) {
 		st = tkv_errf(err, TKV_ERR_NOMEM, "out of memory for batch logits");
 		goto out_free;
 	}
+	model_layer_windows(m, e->window);
 	*out = e;
 	return TKV_OK;
 
@@ -132,6 +136,7 @@ void tkv_engine_free(struct tkv_engine *e)
 	if (!e)
 		return;
 	tkv_free(e->alloc, e->logits);
+	tkv_free(e->alloc, e->window);
 	kv_cache_free(e->cache);
 	model_scratch_free(&e->scratch, e->alloc);
 	tpool_free(e->tp);
@@ -277,6 +282,7 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 		return st;
 	}
 	s->budget = e->cfg.seq_budget;
+	kv_window_set(s->kv, e->window);
 	s->kv->share_cos = e->cfg.share_cos;
 	s->kv->share_from = e->cfg.share_from ? e->cfg.share_from : (in->n_layer / 2 ? in->n_layer / 2 : 1);
 	if (e->params.layer_plan.mode == TKV_PLAN_FIXED) {

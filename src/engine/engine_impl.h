@@ -29,6 +29,7 @@ struct tkv_engine {
 	struct model_scratch scratch;
 	struct kv_cache *cache;   /* the forward pass's seam to the KV cache */
 	float *logits;            /* (n_batch, n_vocab) logits of a batch step */
+	uint32_t *window;         /* (n_layer) each layer's sliding window, 0 = global */
 	struct tkv_seq *seqs;     /* live sequences (doubly linked) */
 	uint32_t n_seqs;
 	uint64_t gov_runs;

@@ -17,6 +17,7 @@
 #include "kv/pool.h"
 #include "kv/prefix.h"
 #include "kv/seq.h"
+#include "kv/window.h"
 #include "util/alloc.h"
 #include "util/status.h"
 #include "util/tpool.h"
@@ -30,8 +31,7 @@ static size_t seq_cap(const struct tkv_seq *s)
 	size_t gov = s->gov_budget;
 
 	if (gov) {
-		double floor_b = (double)s->e->params.kv.gov_floor * (double)s->n_past *
-				 (double)tkv_model_kv_bytes_per_token(s->e->model);
+		double floor_b = (double)s->e->params.kv.gov_floor * (double)tkv_model_kv_bytes(s->e->model, s->n_past);
 
 		if ((double)gov < floor_b)
 			gov = (size_t)floor_b;
@@ -55,7 +55,10 @@ static void maint_worker(void *ctx, int ith, int nth)
 	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
 
 	for (size_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
-		int st = j->policy ? kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]) : TKV_OK, ok = TKV_OK;
+		int st, ok = TKV_OK;
+
+		kv_window_slide(kv, &kv->streams[i]); /* sliding layers keep their window */
+		st = j->policy ? kv_policy_maintain(&j->e->cfg, kv, &kv->streams[i]) : TKV_OK;
 
 		/* a growing stream's small pages are merged once there are a few */
 		if (!st && kv_stream_untidy(&kv->streams[i]))
@@ -87,7 +90,7 @@ int gov_seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
 	}
 	for (size_t i = 0; i < n && !tidy; i++)
 		tidy = kv_stream_untidy(&s->kv->streams[i]);
-	if (!j.policy && !tidy)
+	if (!j.policy && !tidy && !kv_window_any(s->kv))
 		return TKV_OK;
 	tpool_run(e->tp, maint_worker, &j);
 	return atomic_load_explicit(&j.status, memory_order_relaxed);
@@ -96,7 +99,7 @@ int gov_seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
 /* The full f16 K+V bytes of a sequence's tokens: no cap above it binds. */
 static double seq_full_bytes(const struct tkv_seq *s)
 {
-	return (double)s->n_past * (double)tkv_model_kv_bytes_per_token(s->e->model);
+	return (double)tkv_model_kv_bytes(s->e->model, s->n_past);
 }
 
 /* With the pool below gov_low and capped sequences at work, the caps rise in

@@ -261,12 +261,31 @@ static int page_can_matter(const struct kv_page *pg, uint32_t d, const float *q,
 	return 0;
 }
 
+/* Whether a slot at position pos is seen by the query: causal, and inside
+ * the layer's sliding window when it has one. */
+static inline int slot_visible(int32_t pos, const struct kv_attn_args *a)
+{
+	return pos <= a->qpos && (a->window == 0 || (int64_t)a->qpos - pos < (int64_t)a->window);
+}
+
+/* Soft-caps the m logits of a page for each of nq heads (rows of stride n). */
+static void softcap_page(float *logit, uint32_t n, uint32_t nq, uint32_t m, float cap)
+{
+	float inv = 1.0f / cap;
+
+	for (uint32_t h = 0; h < nq; h++)
+		for (uint32_t j = 0; j < m; j++)
+			logit[(size_t)h * n + j] = cap * tanhf(logit[(size_t)h * n + j] * inv);
+}
+
 /* Scores the slots of one page into logit[h * n + off + j]; updates max[h].
  * With lim (cold pages, skipping on), a page that cannot matter (see
  * kv_score_q_fn) is left unscored: returns 0. */
-static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint32_t nq, int32_t qpos,
-		      float scale, float *logit, uint32_t n, uint32_t off, float *max, const float *lim)
+static int score_page(const struct kv_page *pg, uint32_t d, const float *q, const struct kv_attn_args *a,
+		      float *logit, uint32_t n, uint32_t off, float *max, const float *lim)
 {
+	uint32_t nq = a->nq;
+	float scale = a->scale;
 	float kbuf[KV_ATTN_TILE * KV_MAX_HEAD_DIM];
 	kv_score_fn fast = kv_attn_score_kernel(pg->fmt, d), f32 = kv_attn_score_kernel(KV_FMT_F32, d);
 	kv_score_q_fn qk = kv_attn_score_q_kernel(pg->fmt, d);
@@ -290,8 +309,10 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 		kv_max_fn vmax = kv_attn_max_kernel();
 		int visible = 1;
 
+		if (a->softcap > 0.0f)
+			softcap_page(logit + off, n, nq, pg->n_used, a->softcap);
 		for (uint32_t j = 0; j < pg->n_used; j++)
-			visible &= kv_slot_pos(pg, j) <= qpos;
+			visible &= slot_visible(kv_slot_pos(pg, j), a);
 		if (visible && vmax) { /* decode: every slot is in the past */
 			for (uint32_t h = 0; h < nq; h++)
 				max[h] = vmax(logit + (size_t)h * n + off, pg->n_used, max[h]);
@@ -301,7 +322,7 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 			for (uint32_t h = 0; h < nq; h++) {
 				float *l = &logit[(size_t)h * n + off + j];
 
-				if (kv_slot_pos(pg, j) > qpos)
+				if (!slot_visible(kv_slot_pos(pg, j), a))
 					*l = -INFINITY;
 				else if (*l > max[h])
 					max[h] = *l;
@@ -312,7 +333,7 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 	for (uint32_t j = 0; j < pg->n_used; j++) {
 		const float *k = kbuf;
 
-		if (kv_slot_pos(pg, j) > qpos) {
+		if (!slot_visible(kv_slot_pos(pg, j), a)) {
 			for (uint32_t h = 0; h < nq; h++)
 				logit[(size_t)h * n + off + j] = -INFINITY;
 			continue;
@@ -324,6 +345,8 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, uint
 		for (uint32_t h = 0; h < nq; h++) {
 			float l = scale * dot(q + (size_t)h * d, k, d);
 
+			if (a->softcap > 0.0f)
+				l = a->softcap * tanhf(l / a->softcap);
 			logit[(size_t)h * n + off + j] = l;
 			if (l > max[h])
 				max[h] = l;
@@ -375,8 +398,10 @@ static void score_ref_page(const struct kv_page *pg, const struct kv_attn_args *
 			for (uint32_t h = 0; h < a->nq; h++) {
 				float *l = &logit[(size_t)h * n + off + j0 + i];
 
-				*l = !(found >> i & 1u) || kv_slot_pos(pg, j0 + i) > a->qpos ?
+				*l = !(found >> i & 1u) || !slot_visible(kv_slot_pos(pg, j0 + i), a) ?
 					     -INFINITY : a->scale * dot(a->q + (size_t)h * d, kbuf + (size_t)i * d, d);
+				if (a->softcap > 0.0f && *l != -INFINITY)
+					*l = a->softcap * tanhf(*l / a->softcap);
 				if (*l > max[h])
 					max[h] = *l;
 			}
@@ -478,6 +503,19 @@ static int accum_ref_page(const struct kv_page *pg, const struct kv_attn_args *a
 	return any;
 }
 
+/* The raw score below which a soft-capped score stays below lim: the bounds
+ * of cold pages are on raw scores, and tanh keeps their order. */
+static float raw_limit(float lim, float cap)
+{
+	if (!(cap > 0.0f))
+		return lim;
+	if (lim >= cap)
+		return INFINITY;
+	if (lim <= -cap)
+		return -INFINITY;
+	return cap * atanhf(lim / cap);
+}
+
 /* Pass 1: every page's logits into a->logit and each head's running max:
  * full-precision and warm pages (and shared slots) first, then cold pages,
  * skipped when their bound cannot matter (their logits -inf). */
@@ -492,8 +530,7 @@ static void score_pages(struct kv_stream *st, uint32_t d, struct kv_attn_args *a
 		if (pg->fmt == KV_FMT_REF)
 			score_ref_page(pg, a, d, a->logit, n, off, max);
 		else if (kv_fmt_tier(pg->fmt) != KV_TIER_COLD)
-			score_page(pg, d, (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q, nq, a->qpos, a->scale,
-				   a->logit, n, off, max, NULL);
+			score_page(pg, d, (pg->flags & KV_PAGE_ROT) ? a->qrot : a->q, a, a->logit, n, off, max, NULL);
 		off += pg->n_used;
 	}
 	/* pass 1b: cold pages, skipped when their bound cannot matter */
@@ -506,8 +543,8 @@ static void score_pages(struct kv_stream *st, uint32_t d, struct kv_attn_args *a
 			float lim[KV_MAX_GROUP];
 
 			for (uint32_t h = 0; h < nq; h++)
-				lim[h] = max[h] - a->skip;
-			if (!score_page(pg, d, q, nq, a->qpos, a->scale, a->logit, n, off, max,
+				lim[h] = raw_limit(max[h] - a->skip, a->softcap);
+			if (!score_page(pg, d, q, a, a->logit, n, off, max,
 					a->skip > 0.0f && pg->n_used > 0 ? lim : NULL)) {
 				for (uint32_t h = 0; h < nq; h++)
 					for (uint32_t j = 0; j < pg->n_used; j++)

@@ -117,6 +117,7 @@ static void attend_stream(const struct attend_job *j, const struct kv_seg *sg, u
 		a->q = j->q + (row * n_head + (size_t)g * group) * hd;
 		a->out = j->out + (row * n_head + (size_t)g * group) * hd;
 		a->qpos = sg->pos0 + (int32_t)i;
+		a->window = st->window;
 		a->att = observe ? c->att + (size_t)ith * c->shape.n_ctx : NULL;
 		a->entropy = cfg->adaptive || sg->seq->measure_entropy ? &st->ent_sum : NULL;
 		kv_attn(st, hd, a);
@@ -138,6 +139,7 @@ static void attend_worker(void *ctx, int ith, int nth)
 		.nq = group,
 		.scale = 1.0f / sqrtf((float)hd),
 		.skip = c->cfg->skip,
+		.softcap = c->shape.softcap,
 		.logit = c->logit + (size_t)ith * group * c->shape.n_ctx,
 		.qrot = c->rot + (size_t)ith * 2 * group * hd,
 		.orot = c->rot + ((size_t)ith * 2 + 1) * group * hd,

@@ -42,6 +42,7 @@ struct kv_cache_shape {
 	uint32_t n_ctx;      /* positions per sequence, at most */
 	uint32_t n_threads;  /* threads of the pool kv_cache_attend runs on */
 	uint32_t n_head, n_kv_head, head_dim;
+	float softcap;       /* attention logits l -> softcap * tanh(l / softcap); 0 = none */
 };
 
 int kv_cache_init(struct kv_cache **out, const struct kv_cfg *cfg, const struct kv_cache_shape *shape,
@@ -54,7 +55,8 @@ void kv_cache_store(struct kv_cache *c, uint32_t layer, const struct kv_seg *seg
 		    const float *k, const float *v);
 
 /* Attention of one layer: every query head of each row attends to its KV
- * head's stream up to its own position (causal), and the slots' scores are
+ * head's stream up to its own position (causal; within the stream's sliding
+ * window, kv/window.h, when it has one), and the slots' scores are
  * updated as the policy asks. q and out are (rows, n_head*head_dim). Runs on
  * tp (NULL: on the caller). */
 void kv_cache_attend(struct kv_cache *c, struct tpool *tp, uint32_t layer, const struct kv_seg *segs,

@@ -8,6 +8,7 @@
 
 #include "kv/compact.h"
 #include "kv/prefix.h"
+#include "kv/window.h"
 #include "util/alloc.h"
 #include "util/status.h"
 
@@ -343,10 +344,44 @@ static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first
 	tkv_free(s->alloc, w);
 }
 
+/* With sliding layers (window.h): they hold their window whatever the
+ * budget and take no part in it; the global layers share what is left, by
+ * their plan weights. */
+static void split_sliding(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
+{
+	size_t held = 0, rest;
+	double wsum = 0.0;
+
+	for (uint32_t l = 0; l < s->n_layer; l++) {
+		struct kv_stream *st = kv_seq_stream(s, l, 0);
+
+		if (!st->window) {
+			wsum += s->layer_weight[l];
+			continue;
+		}
+		for (uint32_t h = 0; h < s->n_kv_head; h++) {
+			held += st[h].kv_bytes;
+			st[h].budget = 0;
+		}
+	}
+	rest = bytes == 0 ? 0 : bytes > held ? bytes - held : 1;
+	for (uint32_t l = 0; l < s->n_layer; l++) {
+		double b = wsum > 0 ? (double)rest * s->layer_weight[l] / wsum : 0.0;
+
+		if (!kv_seq_stream(s, l, 0)->window)
+			split_streams(c, s, (size_t)l * s->n_kv_head, s->n_kv_head,
+				      rest == 0 ? 0 : b < 1.0 ? 1 : (size_t)b);
+	}
+}
+
 static void split_layers(const struct kv_cfg *c, struct kv_seq *s, size_t bytes)
 {
 	double wsum = 0.0;
 
+	if (kv_window_any(s)) {
+		split_sliding(c, s, bytes);
+		return;
+	}
 	if (!s->plan_set || bytes == 0) {
 		split_streams(c, s, 0, (size_t)s->n_layer * s->n_kv_head, bytes);
 		return;
@@ -1057,8 +1092,8 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 	double slack, target, step = 0.0;
 	int rc = TKV_OK;
 
-	if (!c->evicts)
-		return TKV_OK;
+	if (!c->evicts || st->window)
+		return TKV_OK; /* a sliding stream keeps its window (window.h) */
 	if (st->budget == 0 || st->kv_bytes <= st->budget) {
 		if (!c->always)
 			return TKV_OK;

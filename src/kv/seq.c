@@ -472,6 +472,7 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 		struct kv_stream *b = &s->streams[i];
 
 		b->budget = a->budget;
+		b->window = a->window;
 		b->hot_fmt = a->hot_fmt;
 		b->wide = a->wide;
 		b->page_tokens = a->page_tokens;

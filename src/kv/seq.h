@@ -39,6 +39,7 @@ struct kv_stream {
 	uint32_t ref_tail;       /* a shared-slot (KV_FMT_REF) page that may have room, or KV_NO_PAGE */
 	uint32_t n_small;        /* private pages under full size (since the last compaction, */
 	uint32_t small_slots;    /* ... counted as they come) and their slots */
+	uint32_t window;         /* sliding window in tokens (window.h); 0 = a global layer */
 	float *centroid;         /* (head_dim) mean of every key appended so far */
 	uint64_t n_seen;         /* keys appended so far */
 	double ent_sum;          /* sum of attention entropies observed (nats) */
@@ -168,6 +169,8 @@ struct kv_attn_args {
 	const float *q;     /* (nq, d) the query heads sharing this KV head, model space */
 	uint32_t nq;
 	int32_t qpos;       /* slots with pos > qpos are masked (causal) */
+	uint32_t window;    /* and with pos <= qpos - window (sliding window); 0 = none */
+	float softcap;      /* logits l become softcap * tanh(l / softcap) (Gemma 2); 0 = none */
 	float scale;        /* 1/sqrt(d) */
 	float skip;         /* skip a cold page whose score bound is below the running
 			     * max minus skip for every head; 0 = never skip */

@@ -433,6 +433,10 @@ static int load_tensors(struct tkv_model *m, struct tkv_error *err)
 	in->weight_type = m->layers[0].wq.type;
 	if ((st = load_rope(m, err)))
 		return st;
+	in->n_swa = m->hp.n_swa_layers ? m->hp.n_swa : 0;
+	in->n_swa_layers = m->hp.n_swa_layers;
+	in->attn_softcap = m->hp.attn_softcap;
+	in->final_softcap = m->hp.final_softcap;
 	for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(g, i);
 		in->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
@@ -582,14 +586,14 @@ size_t tkv_model_kv_bytes_per_token(const struct tkv_model *m)
 	return (size_t)2 * (m->info.n_layer - m->hp.n_swa_layers) * m->info.n_kv_head * m->info.head_dim * 2;
 }
 
-size_t model_kv_bytes(const struct tkv_model *m, uint64_t n_tokens)
+size_t tkv_model_kv_bytes(const struct tkv_model *m, size_t n_tokens)
 {
 	size_t layer = (size_t)2 * m->info.n_kv_head * m->info.head_dim * 2, b = 0;
 
 	for (uint32_t l = 0; l < m->info.n_layer; l++) {
 		uint32_t w = m->layers[l].window;
 
-		b += layer * (size_t)(w && w < n_tokens ? w : n_tokens);
+		b += layer * (w && w - 1 < n_tokens ? w - 1 : n_tokens);
 	}
 	return b;
 }

@@ -107,9 +107,6 @@ void model_forward(const struct tkv_model *m, struct model_scratch *s, struct tp
 
 /* Each layer's sliding window (0 = global) into window[n_layer]. */
 void model_layer_windows(const struct tkv_model *m, uint32_t *window);
-/* Full-precision f16 K+V bytes of a sequence of n tokens: the sliding layers
- * hold at most their window. */
-size_t model_kv_bytes(const struct tkv_model *m, uint64_t n_tokens);
 
 const struct tok *model_tokenizer(const struct tkv_model *m);
 const struct gguf_file *model_gguf(const struct tkv_model *m);
