@@ -535,7 +535,6 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 {
 	struct tkv_engine_params ep = o->ep;
 	struct tkv_engine *e = NULL;
-	size_t kv_tok = tkv_model_kv_bytes_per_token(m);
 	struct tkv_model_info info;
 	int st = TKV_OK;
 
@@ -552,7 +551,7 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 			long np = kind == 0 ? o->n_prompt : 0, ng = kind == 1 ? o->n_gen : 0;
 			struct bench_result *r = &res[*n_res];
 			struct tkv_seq *base = NULL;
-			size_t cap = budget < 1.0 ? (size_t)(budget * (double)kv_tok * (double)(d + np + ng)) : 0;
+			size_t cap = budget < 1.0 ? (size_t)(budget * (double)tkv_model_kv_bytes(m, d + np + ng)) : 0;
 
 			if (!np && !ng)
 				continue;
@@ -563,7 +562,7 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 			if ((st = bench_fill(e, info.n_vocab, d, cap, ids, &base, err)))
 				break;
 			/* like kv_bytes, the mean of the run's start and end */
-			r->kv_full = (double)kv_tok * ((double)d + (double)(np + ng) / 2.0);
+			r->kv_full = (double)tkv_model_kv_bytes(m, (size_t)d + (np + ng) / 2);
 			st = bench_test(base, m, o, np, ng, ids, logits, bwm, wbytes, r, err);
 			tkv_seq_free(base);
 			if (!st) {

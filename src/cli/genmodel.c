@@ -34,7 +34,7 @@
 #define GM_LONGROPE (1u << 5)  /* rope_factors_short/long, original context 4096 (phi3) */
 #define GM_LLAMA3   (1u << 6)  /* rope_freqs of Llama 3.1's rope scaling (factor 32) */
 #define GM_SOFTCAP  (1u << 7)  /* attention and final soft-caps 50 and 30 (gemma2) */
-#define GM_TIGHTCAP (1u << 8)  /* soft-caps 4 and 6 instead, where random logits reach them */
+#define GM_TIGHTCAP (1u << 8)  /* attention soft-cap 4 instead, where random logits reach it */
 
 struct gm_shape {
 	const char *name;
@@ -444,9 +444,17 @@ static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf
 	const char *a = sh->arch;
 
 #define KEY(s) (snprintf(key, sizeof key, "%s." s, a), key)
-	snprintf(name, sizeof name, "tierkv random %s %s", sh->name, tkv_dtype_name(o->type));
+	/* llama.cpp reads tokenizer quirks from general.name (a name with "phi3"
+	 * in it must have Phi-3's special tokens): the family shapes' names go
+	 * in a key of their own */
+	if (sh->vocab)
+		snprintf(name, sizeof name, "tierkv random %u-layer %s", n_layer, tkv_dtype_name(o->type));
+	else
+		snprintf(name, sizeof name, "tierkv random %s %s", sh->name, tkv_dtype_name(o->type));
 	gguf_w_add_str(w, "general.architecture", a);
 	gguf_w_add_str(w, "general.name", name);
+	if (sh->vocab)
+		gguf_w_add_str(w, "tierkv.gen_model.shape", sh->name);
 	gguf_w_add_u32(w, "general.file_type", gm_file_type(o->type));
 	gguf_w_add_u32(w, "general.quantization_version", 2);
 	gguf_w_add_u32(w, KEY("context_length"), sh->n_ctx);
@@ -467,7 +475,7 @@ static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf
 		gguf_w_add_u32(w, KEY("attention.sliding_window"), sh->window);
 	if (sh->flags & GM_SOFTCAP) {
 		gguf_w_add_f32(w, KEY("attn_logit_softcapping"), sh->flags & GM_TIGHTCAP ? 4.0f : 50.0f);
-		gguf_w_add_f32(w, KEY("final_logit_softcapping"), sh->flags & GM_TIGHTCAP ? 6.0f : 30.0f);
+		gguf_w_add_f32(w, KEY("final_logit_softcapping"), 30.0f);
 	}
 	if (sh->flags & GM_LONGROPE) {
 		/* Phi-3's LongRoPE: sqrt(1 + ln(context / original) / ln(original)) */
@@ -481,11 +489,14 @@ static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf
 
 /* Spreads of the families' random weights: wq and wk give attention logits
  * of about GM_QK_LOGIT standard deviations (sqrt(GM_QK_LOGIT / dim)), q/k norm
- * weights about the same, and the output norm's weights next-token logits
- * of about GM_OUT_LOGIT, so that attention and next-token distributions are
- * peaked (mean entropy well below half of ln(vocab)). The old shapes keep
- * N(0, 0.02) everywhere and norms at 1. */
+ * weights of GM_QKN_LOGIT (normed rows make every head that sharp: sharper
+ * attention turns float rounding of either engine into visible KL over a few
+ * layers), and the output norm's weights next-token logits of about
+ * GM_OUT_LOGIT, so that attention and next-token distributions are peaked
+ * (mean entropy well below half of ln(vocab)). The old shapes keep N(0, 0.02)
+ * everywhere and norms at 1. */
 #define GM_QK_LOGIT 4.0
+#define GM_QKN_LOGIT 2.0
 #define GM_OUT_LOGIT 8.0
 #define GM_STD 0.02f
 
@@ -562,7 +573,7 @@ static int gm_tensors(const struct gm_opts *o, uint32_t n_vocab, uint32_t n_laye
 	const struct gm_shape *sh = o->shape;
 	bool fam = sh->vocab != NULL;
 	float qk_std = fam ? (float)sqrt(GM_QK_LOGIT / sh->dim) : GM_STD;
-	float qkn_mean = (float)sqrt(GM_QK_LOGIT);  /* q, k rows of rms ~2 after their norm */
+	float qkn_mean = (float)sqrt(GM_QKN_LOGIT); /* q, k rows of rms ~1.4 after their norm */
 	float out_mean = fam ? (float)(GM_OUT_LOGIT / (GM_STD * sqrt(sh->dim))) : 1.0f;
 	uint64_t half = gm_n_rot(sh) / 2;
 	struct gm_list L = { calloc(6 + 20 * (size_t)n_layer, sizeof(struct gm_tensor)), 0 };

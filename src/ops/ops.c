@@ -575,12 +575,24 @@ void ops_swiglu(float *h, const float *g, const float *u, int n)
 		h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* GELU's input and result are rounded to f16, as llama.cpp's CPU backend
+ * computes it (a table over the f16 values), so that GeGLU models agree
+ * with it to float rounding; beyond +-10 it is 0 or x, as there. */
 void ops_geglu(float *h, const float *g, const float *u, int n)
 {
 	for (int i = 0; i < n; i++) {
-		float x = g[i];
+		float x = g[i], y;
 
-		h[i] = 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x))) * u[i];
+		if (x <= -10.0f) {
+			y = 0.0f;
+		} else if (x >= 10.0f) {
+			y = x;
+		} else {
+			x = ops_f16_to_f32(ops_f32_to_f16(x));
+			y = 0.5f * x * (1.0f + tanhf(0.7978845608f * x * (1.0f + 0.044715f * x * x)));
+			y = ops_f16_to_f32(ops_f32_to_f16(y));
+		}
+		h[i] = y * u[i];
 	}
 }
 

@@ -87,7 +87,8 @@ void ops_softmax(float *x, int n);
 void ops_rope(float *x, int n_heads, int head_dim, int n_rot, float pos, const float *inv_freq);
 /* h = silu(g) * u, elementwise over n (h may alias g). */
 void ops_swiglu(float *h, const float *g, const float *u, int n);
-/* h = gelu(g) * u with the tanh form of GELU, elementwise over n (h may alias g). */
+/* h = gelu(g) * u with the tanh form of GELU, its input and result rounded
+ * to f16 (llama.cpp's), elementwise over n (h may alias g). */
 void ops_geglu(float *h, const float *g, const float *u, int n);
 /* Rotary embedding as ops_rope but on the NeoX layout: dims i and i + n_rot/2
  * form pair i; the rotated dims are multiplied by mscale (1: plain rotation). */
