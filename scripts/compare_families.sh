@@ -15,8 +15,8 @@
 #
 # SHAPE is a gen-model shape (default: one per family, below). Environment:
 # LLAMACPP (the bin directory, default ../llamacpp/build/bin), TIERKV
-# (build/tierkv), THREADS (2), LAYERS (4), CTX (1024: Gemma-3-1B's 512-token
-# window then slides), CHUNKS (2), VOCABS (../shared/vocab), OUT (files and
+# (build/tierkv), THREADS (2), LAYERS (4), CTX (1026: 512 scored positions,
+# Gemma-3-1B's 512-token window slides), CHUNKS (1), VOCABS (../shared/vocab), OUT (files and
 # results, default /tmp/tierkv-families). The text is eval/kjv/*.txt (Ruth,
 # Jonah, Philemon, Jude), the same for every family.
 set -eu
@@ -25,8 +25,8 @@ llamacpp=${LLAMACPP:-../llamacpp/build/bin}
 tierkv=${TIERKV:-build/tierkv}
 threads=${THREADS:-2}
 layers=${LAYERS:-4}
-ctx=${CTX:-1024}
-chunks=${CHUNKS:-2}
+ctx=${CTX:-1026}
+chunks=${CHUNKS:-1}
 vocabs=${VOCABS:-../shared/vocab}
 out=${OUT:-/tmp/tierkv-families}
 

@@ -1,7 +1,9 @@
 #!/bin/bash
 # cli_families.sh - every model family end to end on small generated files
 # (gen-model's test-* shapes: kjv-2048's vocabulary, dim 256, windows of 16
-# tokens, gemma2's attention soft-cap at 4 so that random logits reach it):
+# tokens, gemma2's attention soft-cap at 4 so that random logits reach it,
+# phi3's LongRoPE original context 32 so the 64-token chunk takes the long
+# factors):
 #   - against llama.cpp: tests/families/SHAPE.kld are llama-perplexity's
 #     next-token distributions (--kl-divergence-base, -c 64 --chunks 1 on
 #     eval/kjv/57_Phmn.txt) for the file gen-model writes from the same seed;

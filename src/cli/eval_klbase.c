@@ -210,8 +210,13 @@ static int kb_chunk(struct tkv_engine *e, uint32_t nb, const struct kb_file *b, 
 	for (int32_t done = 0; done < n_ctx - 1;) {
 		int32_t n = n_ctx - 1 - done < (int32_t)nb ? n_ctx - 1 - done : (int32_t)nb;
 
-		if ((st = tkv_seq_decode(s, ids + done, (size_t)n, lg, 1, err)))
+		/* the chunks before the first scored position need no logits */
+		if ((st = tkv_seq_decode(s, ids + done, (size_t)n, done + n <= first ? NULL : lg, 1, err)))
 			goto out;
+		if (done + n <= first) {
+			done += n;
+			continue;
+		}
 		for (int32_t i = 0; i < n; i++)
 			if (done + i >= first)
 				kb_score(acc, b->rec + (size_t)(done + i - first) * b->nv, lg + (size_t)i * b->n_vocab,

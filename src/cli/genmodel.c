@@ -35,6 +35,8 @@
 #define GM_LLAMA3   (1u << 6)  /* rope_freqs of Llama 3.1's rope scaling (factor 32) */
 #define GM_SOFTCAP  (1u << 7)  /* attention and final soft-caps 50 and 30 (gemma2) */
 #define GM_TIGHTCAP (1u << 8)  /* attention soft-cap 4 instead, where random logits reach it */
+#define GM_ORIG32   (1u << 9)  /* LongRoPE's original context 32, not 4096: a 64-token test
+				* context takes the long factors */
 
 struct gm_shape {
 	const char *name;
@@ -102,8 +104,8 @@ static const struct gm_shape gm_shapes[] = {
 	  GM_POST | GM_TIED | GM_SOFTCAP | GM_TIGHTCAP, "kjv-2048" },
 	{ "test-gemma3", "gemma3", 256, 6, 4, 1, 512, 2048, 32768, 1000000.0f, 1e-6f, 64, 0, 16,
 	  GM_POST | GM_QK_NORM | GM_TIED, "kjv-2048" },
-	{ "test-phi3", "phi3", 256, 2, 4, 4, 512, 2048, 131072, 10000.0f, 1e-5f, 64, 0, 0, GM_FUSED | GM_LONGROPE,
-	  "kjv-2048" },
+	{ "test-phi3", "phi3", 256, 2, 4, 4, 512, 2048, 128, 10000.0f, 1e-5f, 64, 0, 0,
+	  GM_FUSED | GM_LONGROPE | GM_ORIG32, "kjv-2048" },
 };
 #define GM_SHAPE_LIST "tinyllama-1.1b | llama2-7b | llama3-8b | stories15m | kjv-2048 | llama3.2-1b | llama3.2-3b |\n" \
 	"                    mistral-7b | qwen2.5-0.5b | qwen2.5-1.5b | qwen2.5-7b | qwen3-0.6b | qwen3-4b | qwen3-8b |\n" \
@@ -479,9 +481,10 @@ static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf
 	}
 	if (sh->flags & GM_LONGROPE) {
 		/* Phi-3's LongRoPE: sqrt(1 + ln(context / original) / ln(original)) */
-		gguf_w_add_u32(w, KEY("rope.scaling.original_context_length"), 4096);
-		gguf_w_add_f32(w, KEY("rope.scaling.attn_factor"),
-			       (float)sqrt(1.0 + log((double)sh->n_ctx / 4096.0) / log(4096.0)));
+		double orig = sh->flags & GM_ORIG32 ? 32.0 : 4096.0;
+
+		gguf_w_add_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)orig);
+		gguf_w_add_f32(w, KEY("rope.scaling.attn_factor"), (float)sqrt(1.0 + log((double)sh->n_ctx / orig) / log(orig)));
 	}
 #undef KEY
 	gm_tokenizer(w, o, voc, n_vocab);
