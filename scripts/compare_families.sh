@@ -15,7 +15,8 @@
 #
 # SHAPE is a gen-model shape (default: one per family, below). Environment:
 # LLAMACPP (the bin directory, default ../llamacpp/build/bin), TIERKV
-# (build/tierkv), THREADS (2), LAYERS (4), CTX (1026: 512 scored positions,
+# (build/tierkv), BATCHES (tierkv's -b for each run, default "64 1": batched
+# prefill and one token a call), THREADS (2), LAYERS (4), CTX (1026: 512 scored positions,
 # Gemma-3-1B's 512-token window slides), CHUNKS (1), VOCABS (../shared/vocab), OUT (files and
 # results, default /tmp/tierkv-families). The text is eval/kjv/*.txt (Ruth,
 # Jonah, Philemon, Jude), the same for every family.
@@ -24,6 +25,7 @@ cd "$(dirname "$0")/.."
 llamacpp=${LLAMACPP:-../llamacpp/build/bin}
 tierkv=${TIERKV:-build/tierkv}
 threads=${THREADS:-2}
+batches=${BATCHES:-64 1}
 layers=${LAYERS:-4}
 ctx=${CTX:-1026}
 chunks=${CHUNKS:-1}
@@ -50,8 +52,8 @@ mkdir -p "$out"
 text=$out/text.txt
 cat eval/kjv/*.txt > "$text"
 
-printf '| family | shape | weights | positions | mean KL (nats) | max KL | top-1 %% | entropy llama.cpp | entropy tierkv | ln(vocab)/2 | ppl llama.cpp | ppl tierkv | result |\n' > "$out/table.md"
-printf '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n' >> "$out/table.md"
+printf '| family | shape | weights | tierkv -b | positions | mean KL (nats) | max KL | top-1 %% | entropy llama.cpp | entropy tierkv | ln(vocab)/2 | ppl llama.cpp | ppl tierkv | result |\n' > "$out/table.md"
+printf '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n' >> "$out/table.md"
 fail=0
 for sv in $list; do
 	shape=${sv%%:*}
@@ -66,12 +68,12 @@ for sv in $list; do
 		"$llamacpp/llama-perplexity" -m "$m" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t "$threads" \
 			--kl-divergence-base "$base" > "$out/$name-llamacpp.log" 2>&1 ||
 			{ echo "compare_families: llama-perplexity failed on $m (see $out/$name-llamacpp.log)" >&2; exit 1; }
-		"$tierkv" eval --kl-base "$base" -m "$m" -t "$threads" --json "$out/$name.json" > "$out/$name-tierkv.md" \
-			2> "$out/$name-tierkv.log" ||
-			{ echo "compare_families: tierkv eval failed on $m (see $out/$name-tierkv.log)" >&2; exit 1; }
-		rm -f "$base"
 		ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.e+]*\).*/\1/p' "$out/$name-llamacpp.log" | tail -1)
-		python3 - "$out/$name.json" "$shape" "$name" "${ppl:--}" >> "$out/table.md" <<'PY' || fail=1
+		for b in $batches; do
+			"$tierkv" eval --kl-base "$base" -m "$m" -t "$threads" -b "$b" --json "$out/$name-b$b.json" \
+				> "$out/$name-b$b-tierkv.md" 2> "$out/$name-b$b-tierkv.log" ||
+				{ echo "compare_families: tierkv eval failed on $m (see $out/$name-b$b-tierkv.log)" >&2; exit 1; }
+			python3 - "$out/$name-b$b.json" "$shape" "$name" "${ppl:--}" "$b" >> "$out/table.md" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 arch = {"qwen2.5": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3", "phi3": "phi3",
@@ -79,12 +81,14 @@ arch = {"qwen2.5": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gem
 fam = next(v for k, v in arch.items() if sys.argv[2].startswith(k))
 w = "Q4_K_M" if sys.argv[3].endswith("q4_k_m") else "f16"
 ok = r["kl"] <= 1e-3 and r["top1"] >= 0.99 and r["positions"] >= 512 and r["entropy_base"] < r["half_ln_vocab"]
-print(f"| {fam} | {sys.argv[2]} | {w} | {r['positions']} | {r['kl']:.6f} | {r['kl_max']:.5f} | {100 * r['top1']:.2f} | "
-      f"{r['entropy_base']:.3f} | {r['entropy']:.3f} | {r['half_ln_vocab']:.3f} | {sys.argv[4]} | {r['ppl']:.4g} | "
-      f"{'pass' if ok else 'FAIL'} |")
+print(f"| {fam} | {sys.argv[2]} | {w} | {sys.argv[5]} | {r['positions']} | {r['kl']:.6f} | {r['kl_max']:.5f} | "
+      f"{100 * r['top1']:.2f} | {r['entropy_base']:.3f} | {r['entropy']:.3f} | {r['half_ln_vocab']:.3f} | {sys.argv[4]} | "
+      f"{r['ppl']:.4g} | {'pass' if ok else 'FAIL'} |")
 sys.exit(0 if ok else 1)
 PY
-		tail -1 "$out/table.md"
+			tail -1 "$out/table.md"
+		done
+		rm -f "$base"
 	done
 done
 cat "$out/table.md"
