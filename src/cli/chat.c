@@ -483,7 +483,7 @@ static void print_stats(struct chat *c)
 	printf("cache: %zu tokens held (per layer and KV head), K+V %s of a %s budget (full f16 for %u positions: %s)\n",
 	       streams ? held / streams : 0, cli_fmt_bytes(b1, sizeof b1, (double)ks.kv_bytes),
 	       c->o->ep.kv.seq_budget ? cli_fmt_bytes(b2, sizeof b2, (double)c->o->ep.kv.seq_budget) : "unlimited",
-	       pos, cli_fmt_bytes(b3, sizeof b3, (double)pos * (double)tkv_model_kv_bytes_per_token(c->m)));
+	       pos, cli_fmt_bytes(b3, sizeof b3, (double)tkv_model_kv_bytes(c->m, pos)));
 	print_tier("hot", ks.tier_tokens[0], ks.tier_bytes[0], streams);
 	print_tier("warm", ks.tier_tokens[1], ks.tier_bytes[1], streams);
 	print_tier("cold", ks.tier_tokens[2], ks.tier_bytes[2], streams);
@@ -605,7 +605,7 @@ static int chat_open(struct chat *c, struct chat_opts *o, struct tkv_error *err)
 	if (o->ep.n_batch > c->max_pos)
 		o->ep.n_batch = c->max_pos;
 	if (!o->ep.kv.seq_budget)
-		o->ep.kv.seq_budget = (size_t)c->ctx * tkv_model_kv_bytes_per_token(c->m);
+		o->ep.kv.seq_budget = tkv_model_kv_bytes(c->m, c->ctx);
 	st = tkv_chat_template_from_model(&c->t, c->m, o->tmpl, err);
 	if (st == TKV_ERR_UNSUPPORTED)
 		fprintf(stderr, "tierkv chat: %s; using the plain format (choose one with --chat-template)\n", err->msg);
