@@ -3,14 +3,22 @@
  * with the tests (build/tests/bench_kernels), not run by ctest; the kernel
  * level follows TIERKV_KERNELS like everything else (util/cpu.h).
  *
- *   build/tests/bench_kernels            both
- *   build/tests/bench_kernels tpool|kv   one of them */
+ * The matmul timings read weights of each common type in the layout the model
+ * loader gives them: decode (one activation row) from a matrix far larger
+ * than the caches, in GB/s next to a plain streaming read of the same bytes
+ * with the same threads, and from a matrix that stays in L2 (the kernel's
+ * own speed, what memory could feed it); prefill (64 rows) in GFLOP/s.
+ *
+ *   build/tests/bench_kernels            all of them
+ *   build/tests/bench_kernels tpool|kv|mm [TYPE...]   one of them */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "kv/tier.h"
+#include "ops/dtype.h"
+#include "ops/ops.h"
 #include "kv/tier_impl.h"
 #include "testutil.h"
 #include "util/tpool.h"
@@ -122,18 +130,163 @@ static int bench_kv(void)
 	return 0;
 }
 
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+struct bench_read {
+	const unsigned char *p;
+	size_t n;
+	uint64_t sums[8];
+};
+
+static void read_worker(void *ctx, int ith, int nth)
+{
+	struct bench_read *r = ctx;
+	size_t lo = r->n / 64 * (size_t)ith / (size_t)nth * 64, hi = r->n / 64 * (size_t)(ith + 1) / (size_t)nth * 64;
+	uint64_t s[8] = { 0 };
+
+	for (const uint64_t *w = (const uint64_t *)(r->p + lo); w < (const uint64_t *)(r->p + hi); w += 8)
+		for (int k = 0; k < 8; k++)
+			s[k] += w[k];
+	r->sums[ith & 7] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+/* A matrix of `rows` x cols of type t: 64 distinct random rows, repeated
+ * (the speed does not depend on the values), in the loader's layout. */
+static int mm_make(uint32_t t, int64_t rows, int64_t cols, struct ops_mat *w, void **mem)
+{
+	size_t rb = tkv_dtype_row_size(t, (uint64_t)cols), sz = rb * (size_t)rows;
+	float *x = malloc(sizeof(float) * (size_t)cols);
+	unsigned char *m = aligned_alloc(64, (sz + 63) / 64 * 64), *packed;
+
+	if (!x || !m)
+		return -1;
+	for (int64_t r = 0; r < rows; r++) {
+		if (r < 64) {
+			for (int64_t c = 0; c < cols; c++)
+				x[c] = tu_rng_gauss();
+			if (ops_quantize_row(t, x, m + (size_t)r * rb, cols))
+				return -1;
+		} else {
+			memcpy(m + (size_t)r * rb, m + (size_t)(r % 64) * rb, rb);
+		}
+	}
+	free(x);
+	*w = (struct ops_mat){ .data = m, .type = t, .rows = rows, .cols = cols, .row_bytes = rb };
+	*mem = m;
+	if (ops_repack_size(w)) {
+		packed = aligned_alloc(64, (ops_repack_size(w) + 63) / 64 * 64);
+		if (!packed)
+			return -1;
+		ops_repack(w, packed);
+		free(m);
+		*mem = packed;
+	}
+	return 0;
+}
+
+/* Best seconds of `reps` products of n activation rows. */
+static double mm_time(struct tpool *tp, const struct ops_mat *w, const float *x, float *y, int n, void *work,
+		      size_t ws, int reps)
+{
+	const struct ops_mat *wl[1] = { w };
+	float *yl[1] = { y };
+	double best = 1e30;
+
+	ops_matmul_n(tp, wl, yl, 1, x, n, work, ws);
+	for (int r = 0; r < reps; r++) {
+		double t0 = now_us(), dt;
+
+		ops_matmul_n(tp, wl, yl, 1, x, n, work, ws);
+		dt = now_us() - t0;
+		if (dt < best)
+			best = dt;
+	}
+	return best * 1e-6;
+}
+
+static int bench_mm_type(uint32_t t, struct tpool *const tps[2])
+{
+	enum { COLS = 2048, PP = 64 };
+	const int64_t big_rows = (int64_t)((256u << 20) / tkv_dtype_row_size(t, COLS)) / 64 * 64;
+	const int64_t small_rows = (int64_t)((512u << 10) / tkv_dtype_row_size(t, COLS)) / 64 * 64;
+	size_t ws = ops_matmul_work_size(COLS, PP, 2);
+	float *x = malloc(sizeof(float) * COLS * PP), *y = malloc(sizeof(float) * (size_t)big_rows * PP);
+	void *work = aligned_alloc(64, (ws + 63) / 64 * 64), *mb = NULL, *ms = NULL;
+	struct ops_mat big, small;
+	size_t bytes_big, bytes_small;
+
+	if (!x || !y || !work || mm_make(t, big_rows, COLS, &big, &mb) || mm_make(t, small_rows, COLS, &small, &ms))
+		return 1;
+	for (int i = 0; i < COLS * PP; i++)
+		x[i] = tu_rng_gauss();
+	bytes_big = (size_t)big_rows * big.row_bytes;
+	bytes_small = (size_t)small_rows * small.row_bytes;
+	for (int k = 0; k < 2; k++) {
+		struct bench_read rd = { .p = big.data, .n = bytes_big };
+		double t_read = 1e30, t_big, t_small, t_pp;
+
+		tpool_run(tps[k], read_worker, &rd);
+		for (int r = 0; r < 5; r++) {
+			double t0 = now_us();
+
+			tpool_run(tps[k], read_worker, &rd);
+			if (now_us() - t0 < t_read)
+				t_read = now_us() - t0;
+		}
+		t_read *= 1e-6;
+		t_big = mm_time(tps[k], &big, x, y, 1, work, ws, 5);
+		t_small = mm_time(tps[k], &small, x, y, 1, work, ws, 200);
+		t_pp = mm_time(tps[k], &small, x, y, PP, work, ws, 10);
+		printf("mm %-6s %d thr (%s%s): decode %6.1f GB/s = %3.0f%% of a read (%5.1f GB/s); from L2 %6.1f GB/s; "
+		       "pp%d %6.1f GFLOP/s\n",
+		       tkv_dtype_name(t), k + 1, tkv_kernel_level(), big.layout == OPS_LAYOUT_X8 ? ", x8" : "",
+		       bytes_big / t_big * 1e-9, 100.0 * t_read / t_big, bytes_big / t_read * 1e-9,
+		       bytes_small / t_small * 1e-9, PP, 2.0 * PP * small_rows * COLS / t_pp * 1e-9);
+	}
+	free(mb);
+	free(ms);
+	free(work);
+	free(x);
+	free(y);
+	return 0;
+}
+
+static int bench_mm(int argc, char **argv)
+{
+	static const uint32_t all[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K };
+	struct tpool *tps[2] = { NULL, NULL };
+	int rc = 0;
+
+	tu_rng_seed(7);
+	if (tpool_init(&tps[1], 2, NULL, NULL) != TKV_OK)
+		return 1;
+	for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++) {
+		int want = argc == 0;
+
+		for (int a = 0; a < argc; a++)
+			want |= !strcmp(argv[a], tkv_dtype_name(all[i]));
+		if (want)
+			rc = bench_mm_type(all[i], tps);
+	}
+	tpool_free(tps[1]);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "all";
 	int all = !strcmp(what, "all");
 
-	if (!all && strcmp(what, "tpool") && strcmp(what, "kv")) {
-		fprintf(stderr, "usage: bench_kernels [all|tpool|kv]\n");
+	if (!all && strcmp(what, "tpool") && strcmp(what, "kv") && strcmp(what, "mm")) {
+		fprintf(stderr, "usage: bench_kernels [all|tpool|kv|mm [TYPE...]]\n");
 		return 2;
 	}
 	if ((all || !strcmp(what, "tpool")) && bench_tpool())
 		return 1;
 	if ((all || !strcmp(what, "kv")) && bench_kv())
+		return 1;
+	if ((all || !strcmp(what, "mm")) && bench_mm(all ? 0 : argc - 2, argv + 2))
 		return 1;
 	return 0;
 }

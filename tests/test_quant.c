@@ -3,7 +3,10 @@
  * activation quantizers, row dots for 1..4 rows), the references against an
  * exact double computation, the weight quantizers' round trip, and the
  * threaded matmul against the row dots. On a CPU without AVX2 the selected
- * kernels are the references and the SIMD comparisons are trivially equal. */
+ * kernels are the references and the SIMD comparisons are trivially equal.
+ * The 512-bit kernels are also called directly, whatever TIERKV_KERNELS
+ * selects, on a CPU that has AVX512F/BW/VL/VNNI; elsewhere that test is
+ * skipped and says so. */
 #include "testutil.h"
 
 #include <math.h>
@@ -13,7 +16,15 @@
 #include "ops/dtype.h"
 #include "ops/ops.h"
 #include "ops/ops_impl.h"
+#include "util/cpu.h"
 #include "util/tpool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include "ops/arch/x86/x86.h"
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
 
 /* Dequantizing is one multiply (and for k-quants one subtract) per element in
  * both versions, in the same order: bit for bit, no tolerance. */
@@ -750,6 +761,111 @@ static void test_interleaved(void **state)
 	free(work);
 }
 
+
+/* The 512-bit kernels (ops/arch/x86/quant_avx512.c) against the references,
+ * called directly so that a run at TIERKV_KERNELS=avx2 or ref checks them
+ * too: k-quant row dots (1..4 rows, rows of 1..16 blocks, an outlier
+ * pattern) and interleaved groups for 1..8 activation rows. */
+static void test_avx512_kernels(void **state)
+{
+	(void)state;
+#if HAVE_X86
+	if (!cpu_features()->avx512_vnni) {
+		print_message("skipped: this CPU lacks AVX512F/BW/VL/VNNI, the 512-bit kernels were not run\n");
+		skip();
+	}
+	{
+		static const struct {
+			uint32_t type;
+			ops_dot_rows_fn fn;
+		} dots[] = {
+			{ TKV_Q4_K, dot_rows_q4_k_avx512 },
+			{ TKV_Q5_K, dot_rows_q5_k_avx512 },
+			{ TKV_Q6_K, dot_rows_q6_k_avx512 },
+		};
+		static const struct {
+			uint32_t type;
+			ops_gemv_x8_fn fn;
+		} x8[] = {
+			{ TKV_Q4_0, gemv_q4_0_x8_avx512 },
+			{ TKV_Q8_0, gemv_q8_0_x8_avx512 },
+		};
+		enum { XCOLS = 1024 };
+		static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4], w[8 * XCOLS * 2], packed[8 * XCOLS * 2];
+		static unsigned char act[N_MAX * 2];
+		static struct blk_q8_32 xact[OPS_PANEL_COLS][XCOLS / 32];
+		static float x[N_MAX], xv[N_MAX], wv[N_MAX];
+		int runs = 0;
+
+		rng_state = 18;
+		for (size_t t = 0; t < sizeof dots / sizeof dots[0]; t++)
+			for (int rep = 0; rep < 32; rep++) {
+				int64_t n = rep % 2 ? QK_K * (1 + rep % 16) : N_MAX;
+				int nr = 1 + rep % OPS_DOT_ROWS;
+				float got[OPS_DOT_ROWS], want[OPS_DOT_ROWS];
+
+				for (int r = 0; r < nr; r++)
+					make_row(dots[t].type, n, rows[r]);
+				make_x(x, n, rep % 5 == 0);
+				quant_act_q8_256_ref(x, act, n);
+				dots[t].fn(n, rows, sizeof rows[0], nr, act, got);
+				ref_dot[dots[t].type](n, rows, sizeof rows[0], nr, act, want);
+				for (int r = 0; r < nr; r++) {
+					double mag = 0.0;
+					const struct blk_q8_256 *ab = (const void *)act;
+
+					ref_dequant[dots[t].type](rows[r], wv, n);
+					for (int64_t i = 0; i < n; i++) {
+						xv[i] = ab[i / QK_K].d * ab[i / QK_K].qs[i % QK_K];
+						mag += fabs((double)wv[i] * xv[i]);
+					}
+					if (!(fabs((double)got[r] - want[r]) <= TOL_DOT_SIMD_REL * mag))
+						fail_msg("%s avx512 n=%lld row %d of %d: %.9g, ref %.9g (mag %.3g)",
+							 tkv_dtype_name(dots[t].type), (long long)n, r, nr, (double)got[r],
+							 (double)want[r], mag);
+					runs++;
+				}
+			}
+		for (size_t t = 0; t < sizeof x8 / sizeof x8[0]; t++) {
+			uint32_t type = x8[t].type;
+			size_t rb = tkv_dtype_row_size(type, XCOLS);
+			struct ops_mat m = { .data = w, .type = type, .rows = 8, .cols = XCOLS, .row_bytes = rb };
+
+			for (int r = 0; r < 8; r++)
+				make_row(type, XCOLS, w + (size_t)r * rb);
+			ops_repack(&m, packed);
+			for (int c = 0; c < OPS_PANEL_COLS; c++) {
+				make_x(x, XCOLS, c == 2);
+				quant_act_q8_32_ref(x, xact[c], XCOLS);
+			}
+			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
+				float got[OPS_PANEL_COLS * 8], want[OPS_PANEL_COLS * 8];
+
+				x8[t].fn(XCOLS, packed, xact, sizeof xact[0], nc, got, 8);
+				ref_x8[type](XCOLS, packed, xact, sizeof xact[0], nc, want, 8);
+				for (int c = 0; c < nc; c++)
+					for (int r = 0; r < 8; r++) {
+						double mag = 0.0;
+
+						ref_dequant[type](w + (size_t)r * rb, wv, XCOLS);
+						for (int i = 0; i < XCOLS; i++)
+							mag += fabs((double)wv[i] * xact[c][i / 32].d * xact[c][i / 32].qs[i % 32]);
+						if (!(fabs((double)got[c * 8 + r] - want[c * 8 + r]) <= TOL_PANEL_SIMD_REL * mag))
+							fail_msg("%s avx512 x8 col %d of %d row %d: %.9g, ref %.9g",
+								 tkv_dtype_name(type), c, nc, r, (double)got[c * 8 + r],
+								 (double)want[c * 8 + r]);
+						runs++;
+					}
+			}
+		}
+		print_message("avx512 kernels: %d row and group results checked against the references\n", runs);
+	}
+#else
+	print_message("skipped: not an x86 CPU, there are no 512-bit kernels\n");
+	skip();
+#endif
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -762,6 +878,7 @@ int main(void)
 		cmocka_unit_test(test_panels),
 		cmocka_unit_test(test_matmul_threads),
 		cmocka_unit_test(test_interleaved),
+		cmocka_unit_test(test_avx512_kernels),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

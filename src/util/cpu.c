@@ -57,7 +57,7 @@ static void decide(void)
 		env_status = TKV_ERR_ARG;
 		snprintf(env_msg, sizeof env_msg,
 			 "TIERKV_KERNELS=%s: this CPU lacks %s (it runs %s at most); ask for a lower level or unset it",
-			 env, want == CPU_LEVEL_AVX512 ? "AVX512F/VL/VNNI" : "AVX2/FMA/F16C", level_names[best]);
+			 env, want == CPU_LEVEL_AVX512 ? "AVX512F/BW/VL/VNNI" : "AVX2/FMA/F16C", level_names[best]);
 		return;
 	}
 	level = want;

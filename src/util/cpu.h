@@ -33,7 +33,7 @@ enum cpu_level {
  * (util/arch/x86/cpu_probe.c: CPUID and XGETBV; generic: nothing). */
 struct cpu_features {
 	bool avx2;        /* AVX, AVX2, FMA, F16C; the OS saves ymm */
-	bool avx512_vnni; /* AVX512F, AVX512VL, AVX512-VNNI; the OS saves opmask and zmm */
+	bool avx512_vnni; /* AVX512F, AVX512BW, AVX512VL, AVX512-VNNI; the OS saves opmask and zmm */
 };
 
 /* The features, probed once (thread-safe). */

@@ -78,4 +78,12 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q4_K].panel = panel_u_vnni;
 	types[TKV_Q5_K].panel = panel_u_vnni;
 	ops_select_more_vnni(types);
+
+	/* 512-bit registers for decode: the k-quant row dots and the
+	 * interleaved groups (which also serve q8_0's prefill) */
+	types[TKV_Q4_K].dot_rows = dot_rows_q4_k_avx512;
+	types[TKV_Q5_K].dot_rows = dot_rows_q5_k_avx512;
+	types[TKV_Q6_K].dot_rows = dot_rows_q6_k_avx512;
+	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx512;
+	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx512;
 }

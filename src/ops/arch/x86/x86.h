@@ -1,6 +1,7 @@
 /* x86.h - the x86 kernel files' declarations for cpu.c, which picks them by
  * CPU feature. Functions in *_avx2.c are compiled with -mavx2 -mfma -mf16c,
- * those in *_vnni.c also with -mavx512f -mavx512vl -mavx512vnni; they must
+ * those in *_vnni.c also with -mavx512f -mavx512vl -mavx512vnni, those in
+ * *_avx512.c with -mavx512bw as well; they must
  * only be called after cpu.c has checked those features. */
 #ifndef TKV_OPS_ARCH_X86_H
 #define TKV_OPS_ARCH_X86_H
@@ -51,5 +52,12 @@ void panel_u_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc
 void panel_s8_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q4_0_x8_vnni(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_vnni(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+
+/* quant_avx512.c: 512-bit registers (AVX512F/BW/VL, AVX512-VNNI) */
+void dot_rows_q4_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q5_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q6_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void gemv_q4_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q8_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 
 #endif

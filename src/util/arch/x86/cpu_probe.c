@@ -27,8 +27,9 @@ void cpu_probe(struct cpu_features *f)
 		return;
 	__cpuid_count(7, 0, a, b, c, d);
 	f->avx2 = (b & (1u << 5)) != 0; /* leaf 7 EBX bit 5 */
-	/* AVX512F (EBX bit 16), AVX512VL (EBX bit 31), AVX512-VNNI (ECX bit
-	 * 11); the OS saves opmask and zmm state (XCR0 bits 5, 6, 7) */
-	f->avx512_vnni = f->avx2 && (b & (1u << 16)) && (b & (1u << 31)) && (c & (1u << 11)) &&
-			 (xcr0 & 0xe6) == 0xe6;
+	/* AVX512F (EBX bit 16), AVX512BW (EBX bit 30), AVX512VL (EBX bit 31),
+	 * AVX512-VNNI (ECX bit 11); the OS saves opmask and zmm state (XCR0
+	 * bits 5, 6, 7) */
+	f->avx512_vnni = f->avx2 && (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31)) &&
+			 (c & (1u << 11)) && (xcr0 & 0xe6) == 0xe6;
 }
