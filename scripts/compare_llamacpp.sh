@@ -1,103 +1,128 @@
 #!/bin/bash
-# Prefill and decode speed of tierkv next to llama.cpp's llama-bench, on the
-# same generated TinyLlama-1.1B-shape files (Q4_0 and Q8_0), the same thread
-# count and the same tests (pp512, tg128, and tg128 at each extra depth).
-# Not run by CI: it needs a llama-bench binary and takes minutes.
+# Prefill and decode speed of tierkv next to llama.cpp's llama-bench on the
+# same files, in one run: for each weight type, pp512 and tg128 of both
+# engines one after the other (llama.cpp first in odd rounds, tierkv first in
+# even ones, so that the machine's moods hit both), tierkv's prefill once more
+# with the AVX2 kernels forced (TIERKV_KERNELS=avx2), and decode as a fraction
+# of the memory-bandwidth limit (tierkv bench measures the bandwidth reading
+# the model's own matrices before every decode run; the limit is that over
+# the bytes a token reads, and llama.cpp's rate is set against the same).
+# Not run by CI: it needs llama.cpp's binaries and takes minutes.
 #
-#   scripts/compare_llamacpp.sh [LLAMA_BENCH]
+#   scripts/compare_llamacpp.sh [LLAMA_BIN_DIR]
 #
-# LLAMA_BENCH defaults to ../llamacpp/build/bin/llama-bench. Building it (from
-# the npm package node-llama-cpp, which carries llama.cpp as a git bundle):
-#   npm pack node-llama-cpp@3.21.1 && tar xzf node-llama-cpp-3.21.1.tgz
-#   git clone package/llama/gitRelease.bundle ../llamacpp && cd ../llamacpp
-#   cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
-#   cmake --build build --target llama-bench -j
+# LLAMA_BIN_DIR (default ../llamacpp/build/bin) holds llama-bench and
+# llama-quantize. The files are what users download: a generated f16 model
+# of the shape (random weights, tierkv gen-model) quantized by llama.cpp's
+# llama-quantize to each type.
 #
-# Environment: TIERKV (default build/tierkv), THREADS (2), REPS (5), ROUNDS (1:
-# each round runs llama.cpp then tierkv on every file; the table shows the mean
-# of the rounds), DEPTHS (extra decode depths, default "512"), TYPES ("q4_0
-# q8_0"), MODELS (where the generated files go, default /tmp/tierkv-models),
-# VOCAB (default ../shared/vocab/ggml-vocab-llama-spm.gguf), OUT (JSON lines
-# of every run, default /tmp/tierkv-compare).
+# Environment: TIERKV (default build/tierkv), SHAPE (tinyllama-1.1b; or
+# llama2-7b, llama3-8b), TYPES ("Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0", llama-quantize
+# names), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
+# tierkv's prefill with AVX2 forced; 0: not), MODELS (default
+# /tmp/tierkv-models), VOCAB (default ../shared/vocab/ggml-vocab-llama-spm.gguf),
+# OUT (JSON lines of every run, default /tmp/tierkv-compare).
 set -eu
 cd "$(dirname "$0")/.."
-llama_bench=${1:-../llamacpp/build/bin/llama-bench}
+bin=${1:-../llamacpp/build/bin}
 tierkv=${TIERKV:-build/tierkv}
+shape=${SHAPE:-tinyllama-1.1b}
+types=${TYPES:-Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0}
 threads=${THREADS:-2}
-reps=${REPS:-5}
+reps=${REPS:-3}
 rounds=${ROUNDS:-1}
-depths=${DEPTHS:-512}
-types=${TYPES:-q4_0 q8_0}
+pp=${PP:-512}
+tg=${TG:-128}
+avx2=${AVX2:-1}
 models=${MODELS:-/tmp/tierkv-models}
 vocab=${VOCAB:-../shared/vocab/ggml-vocab-llama-spm.gguf}
 out=${OUT:-/tmp/tierkv-compare}
 
-for f in "$llama_bench" "$tierkv"; do
+for f in "$bin/llama-bench" "$bin/llama-quantize" "$tierkv"; do
 	[ -x "$f" ] || { echo "compare_llamacpp: $f is not an executable (see the top of this script)" >&2; exit 2; }
 done
 command -v python3 >/dev/null || { echo "compare_llamacpp: python3 is needed for the table" >&2; exit 2; }
 mkdir -p "$models" "$out"
 rm -f "$out"/*.jsonl
-dlist=0
-for d in $depths; do dlist="$dlist,$d"; done
 
+f16=$models/$shape-f16.gguf
+[ -s "$f16" ] || "$tierkv" gen-model --shape "$shape" --type f16 --vocab "$vocab" -t "$threads" -o "$f16"
 for t in $types; do
-	f=$models/tinyllama-1.1b-$t.gguf
-	[ -s "$f" ] || "$tierkv" gen-model --shape tinyllama-1.1b --type "$t" --vocab "$vocab" -o "$f"
+	f=$models/$shape-$t.gguf
+	[ -s "$f" ] || "$bin/llama-quantize" "$f16" "$f" "$t" "$threads" >"$out/quantize-$t.log" 2>&1 ||
+		{ echo "compare_llamacpp: llama-quantize $t failed (see $out/quantize-$t.log)" >&2; exit 1; }
 done
+
+llama() { # file type test-args
+	"$bin/llama-bench" -m "$1" $3 -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
+}
+tkv() { # file type test-args [kernels]
+	TIERKV_KERNELS=${4:-auto} "$tierkv" bench -m "$1" $3 -t "$threads" -r "$reps" -o json \
+		>>"$out/tierkv${4:+-$4}-$2.jsonl"
+}
 for r in $(seq "$rounds"); do
 	for t in $types; do
-		f=$models/tinyllama-1.1b-$t.gguf
-		echo "round $r: $t: llama-bench" >&2
-		"$llama_bench" -m "$f" -p 512 -n 0 -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$t.jsonl"
-		"$llama_bench" -m "$f" -p 0 -n 128 -d "$dlist" -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$t.jsonl"
-		echo "round $r: $t: tierkv bench" >&2
-		"$tierkv" bench -m "$f" -p 512 -n 0 -t "$threads" -r "$reps" -o json >>"$out/tierkv-$t.jsonl"
-		"$tierkv" bench -m "$f" -p 0 -n 128 -d "$dlist" -t "$threads" -r "$reps" -o json >>"$out/tierkv-$t.jsonl"
+		f=$models/$shape-$t.gguf
+		for test in "-p $pp -n 0" "-p 0 -n $tg"; do
+			echo "round $r: $t: $test" >&2
+			if [ $((r % 2)) = 1 ]; then
+				llama "$f" "$t" "$test"
+				tkv "$f" "$t" "$test"
+			else
+				tkv "$f" "$t" "$test"
+				llama "$f" "$t" "$test"
+			fi
+		done
+		[ "$avx2" = 1 ] && tkv "$f" "$t" "-p $pp -n 0" avx2
 	done
 done
 
-python3 - "$out" $types <<'EOF'
-import json, sys, collections
-out, types = sys.argv[1], sys.argv[2:]
+python3 - "$out" "$shape" "$pp" "$tg" $types <<'EOF'
+import json, os, sys, collections
+out, shape, pp, tg, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 
-# Per test: the mean of the runs' mean rates (what llama-bench prints), and
-# the best single repetition (the least disturbed by other processes).
 def load(path):
-    mean, best, frac, limit, bw = (collections.defaultdict(list) for _ in range(5))
+    """test -> list of mean rates (one per round), and decode limit data"""
+    rate, limit, frac, bw, kern = (collections.defaultdict(list) for _ in range(5))
+    if not os.path.exists(path):
+        return rate, limit, frac, bw, kern
     for line in open(path):
         line = line.strip()
         if not line.startswith('{'):
             continue
         r = json.loads(line)
         test = ('pp%d' % r['n_prompt']) if r['n_prompt'] else ('tg%d' % r['n_gen'])
-        if r.get('n_depth'):
-            test += ' @ d%d' % r['n_depth']
-        mean[test].append(r['avg_ts'])
-        best[test].append(max(r['samples_ts']))
+        rate[test].append(r['avg_ts'])
         if 'frac_of_limit' in r:
-            frac[test].append(r['frac_of_limit'])
             limit[test].append(r['limit_ts'])
+            frac[test].append(r['frac_of_limit'])
             bw[test].append(r['mem_bw_gbs'])
-    return mean, best, frac, limit, bw
+        if 'kernels' in r:
+            kern[test].append(r['kernels'])
+    return rate, limit, frac, bw, kern
 
-avg = lambda v: sum(v) / len(v)
-print('| model | test | llama.cpp t/s | tierkv t/s | tierkv / llama.cpp | best run: llama.cpp / tierkv | tierkv of BW limit | llama.cpp of BW limit |')
-print('| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
-bws = []
+avg = lambda v: sum(v) / len(v) if v else float('nan')
+fmt = lambda v, f='%.2f': (f % v) if v == v else '-'
+pt, tt = 'pp' + pp, 'tg' + tg
+print('| %s | llama.cpp %s | tierkv %s | ratio | tierkv of limit | llama.cpp of limit '
+      '| llama.cpp %s | tierkv %s | ratio | tierkv %s, AVX2 forced | ratio |' % (shape, tt, tt, pt, pt, pt))
+print('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+bws, kerns = [], set()
 for t in types:
-    lm, lb, _, _, _ = load('%s/llama-%s.jsonl' % (out, t))
-    tm, tb, fr, li, bw = load('%s/tierkv-%s.jsonl' % (out, t))
-    for test in tm:
-        l = avg(lm[test]) if lm.get(test) else float('nan')
-        k = avg(tm[test])
-        fk = fl = ''
-        if fr.get(test):
-            fk = '%.0f%%' % (100 * avg(fr[test]))
-            fl = '%.0f%%' % (100 * l / avg(li[test])) if l == l else ''
-            bws += bw[test]
-        print('| TinyLlama-1.1B %s | %s | %.2f | %.2f | %.2fx | %.2f / %.2f | %s | %s |' % (
-            t.upper(), test, l, k, k / l, max(lb[test]) if lb.get(test) else float('nan'), max(tb[test]), fk, fl))
+    lr = load('%s/llama-%s.jsonl' % (out, t))[0]
+    kr, kl, kf, kb, kk = load('%s/tierkv-%s.jsonl' % (out, t))
+    ar = load('%s/tierkv-avx2-%s.jsonl' % (out, t))[0]
+    bws += kb[tt]
+    for v in kk.values():
+        kerns.update(v)
+    ltg, ktg, lpp, kpp, apl = avg(lr[tt]), avg(kr[tt]), avg(lr[pt]), avg(kr[pt]), avg(ar[pt])
+    lim = avg(kl[tt])
+    print('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+        t, fmt(ltg), fmt(ktg), fmt(ktg / ltg, '%.2fx'), fmt(100 * avg(kf[tt]), '%.0f%%'),
+        fmt(100 * ltg / lim, '%.0f%%'), fmt(lpp), fmt(kpp), fmt(kpp / lpp, '%.2fx'), fmt(apl),
+        fmt(apl / lpp, '%.2fx')))
 if bws:
-    print('\nmemory bandwidth reading the weights (tierkv bench, before each decode run): %.1f-%.1f GB/s' % (min(bws), max(bws)))
+    print('\ntierkv kernels %s; memory bandwidth reading the weights, measured before each decode run: '
+          '%.1f-%.1f GB/s; limit = that bandwidth / bytes read per token (weights + K+V)' % (
+              ', '.join(sorted(kerns)), min(bws), max(bws)))
 EOF

@@ -765,7 +765,8 @@ static void test_interleaved(void **state)
 /* The 512-bit kernels (ops/arch/x86/quant_avx512.c) against the references,
  * called directly so that a run at TIERKV_KERNELS=avx2 or ref checks them
  * too: k-quant row dots (1..4 rows, rows of 1..16 blocks, an outlier
- * pattern) and interleaved groups for 1..8 activation rows. */
+ * pattern), interleaved groups and pairs of panels for 1..8 activation
+ * rows. */
 static void test_avx512_kernels(void **state)
 {
 	(void)state;
@@ -854,6 +855,37 @@ static void test_avx512_kernels(void **state)
 							fail_msg("%s avx512 x8 col %d of %d row %d: %.9g, ref %.9g",
 								 tkv_dtype_name(type), c, nc, r, (double)got[c * 8 + r],
 								 (double)want[c * 8 + r]);
+						runs++;
+					}
+			}
+		}
+		/* two panels as 16 rows, for 1..8 activation rows */
+		for (size_t t = 0; t < 2; t++) {
+			uint32_t type = t ? TKV_Q5_K : TKV_Q4_0;
+			size_t rb = tkv_dtype_row_size(type, XCOLS), pstride = XCOLS / 32 * OPS_PANEL_BLOCK;
+			static unsigned char panels[2 * XCOLS / 32 * OPS_PANEL_BLOCK];
+
+			for (int r = 0; r < 16; r++)
+				make_row(type, XCOLS, w + (size_t)r * rb);
+			ref_pack[type](w, rb, 8, XCOLS, panels);
+			ref_pack[type](w + 8 * rb, rb, 8, XCOLS, panels + pstride);
+			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
+				float got[OPS_PANEL_COLS * 16], want[OPS_PANEL_COLS * 16];
+
+				panel2_u_avx512(XCOLS, panels, pstride, xact, sizeof xact[0], nc, got, 16);
+				panel_u_ref(XCOLS, panels, xact, sizeof xact[0], nc, want, 16);
+				panel_u_ref(XCOLS, panels + pstride, xact, sizeof xact[0], nc, want + 8, 16);
+				for (int c = 0; c < nc; c++)
+					for (int r = 0; r < 16; r++) {
+						double mag = 0.0;
+
+						ref_dequant[type](w + (size_t)r * rb, wv, XCOLS);
+						for (int i = 0; i < XCOLS; i++)
+							mag += fabs((double)wv[i] * xact[c][i / 32].d * xact[c][i / 32].qs[i % 32]);
+						if (!(fabs((double)got[c * 16 + r] - want[c * 16 + r]) <= TOL_PANEL_SIMD_REL * mag))
+							fail_msg("%s avx512 two panels col %d of %d row %d: %.9g, ref %.9g",
+								 tkv_dtype_name(type), c, nc, r, (double)got[c * 16 + r],
+								 (double)want[c * 16 + r]);
 						runs++;
 					}
 			}

@@ -234,7 +234,7 @@ size_t ops_matmul_work_size(int64_t cols_max, int n_max, int n_threads)
 		if (b > act)
 			act = b;
 	}
-	return OPS_ALIGN(act * (size_t)n_max) + (size_t)(n_threads > 0 ? n_threads : 1) * OPS_ALIGN(panel_bytes(cols_max)) + 64;
+	return OPS_ALIGN(act * (size_t)n_max) + (size_t)(n_threads > 0 ? n_threads : 1) * 2 * OPS_ALIGN(panel_bytes(cols_max)) + 64;
 }
 
 struct mm_job {
@@ -246,7 +246,8 @@ struct mm_job {
 	const void *a;       /* activations: n rows, as bytes apart */
 	size_t as;
 	int n;
-	unsigned char *panels; /* NULL: row dots / x8 dots; else one panel per thread, panel_stride apart */
+	unsigned char *panels; /* NULL: row dots / x8 dots; else two panels per thread, each panel_stride
+				* long, 2 panel_stride apart */
 	size_t panel_stride;
 	int64_t chunk;       /* rows per work item */
 	int64_t n_chunks;
@@ -286,59 +287,84 @@ static void mm_rows(const struct mm_job *j, int i, int64_t r0, int64_t r1)
 	}
 }
 
-/* The same with panels: pack 8 rows into this thread's panel, then run all
- * the activation rows against it, OPS_PANEL_COLS at a time. */
-static void mm_panels(const struct mm_job *j, int ith, int i, int64_t r0, int64_t r1)
+/* Runs the activation rows against the panel(s) of rows [r, r + nr) of
+ * matrix i: two panels (16 rows) when nr is 16, else one. */
+static void mm_panel_cols(const struct mm_job *j, int i, int64_t r, int nr, const void *panel)
 {
 	const struct ops_mat *w = j->w[i];
-	void *panel = j->panels + (size_t)ith * j->panel_stride;
 
-	for (int64_t r = r0; r < r1; r += OPS_PANEL_ROWS) {
-		int nr = r1 - r < OPS_PANEL_ROWS ? (int)(r1 - r) : OPS_PANEL_ROWS;
+	for (int t = 0; t < j->n; t += OPS_PANEL_COLS) {
+		int nc = j->n - t < OPS_PANEL_COLS ? j->n - t : OPS_PANEL_COLS;
+		const void *a = (const char *)j->a + (size_t)t * j->as;
+		float *y = j->y[i] + (size_t)t * w->rows + r;
 
-		j->k->pack((const char *)w->data + (size_t)r * w->row_bytes, w->row_bytes, nr, w->cols, panel);
-		for (int t = 0; t < j->n; t += OPS_PANEL_COLS) {
-			int nc = j->n - t < OPS_PANEL_COLS ? j->n - t : OPS_PANEL_COLS;
-			const void *a = (const char *)j->a + (size_t)t * j->as;
-			float *y = j->y[i] + (size_t)t * w->rows + r;
+		if (nr == 2 * OPS_PANEL_ROWS) {
+			j->k->panel2(w->cols, panel, j->panel_stride, a, j->as, nc, y, (size_t)w->rows);
+		} else if (nr == OPS_PANEL_ROWS) {
+			j->k->panel(w->cols, panel, a, j->as, nc, y, (size_t)w->rows);
+		} else {
+			/* a partial panel must not write past the matrix's rows */
+			float tmp[OPS_PANEL_COLS * OPS_PANEL_ROWS];
 
-			if (nr == OPS_PANEL_ROWS) {
-				j->k->panel(w->cols, panel, a, j->as, nc, y, (size_t)w->rows);
-			} else {
-				/* a partial panel must not write past the matrix's rows */
-				float tmp[OPS_PANEL_COLS * OPS_PANEL_ROWS];
-
-				j->k->panel(w->cols, panel, a, j->as, nc, tmp, OPS_PANEL_ROWS);
-				for (int c = 0; c < nc; c++)
-					memcpy(y + (size_t)c * w->rows, tmp + c * OPS_PANEL_ROWS, (size_t)nr * sizeof(float));
-			}
+			j->k->panel(w->cols, panel, a, j->as, nc, tmp, OPS_PANEL_ROWS);
+			for (int c = 0; c < nc; c++)
+				memcpy(y + (size_t)c * w->rows, tmp + c * OPS_PANEL_ROWS, (size_t)nr * sizeof(float));
 		}
 	}
 }
 
+/* The same with panels: pack 8 rows (16 when the type has a two-panel
+ * kernel) into this thread's panels, then run all the activation rows
+ * against them, OPS_PANEL_COLS at a time. */
+static void mm_panels(const struct mm_job *j, int ith, int i, int64_t r0, int64_t r1)
+{
+	const struct ops_mat *w = j->w[i];
+	unsigned char *panel = j->panels + (size_t)ith * 2 * j->panel_stride;
+
+	for (int64_t r = r0; r < r1;) {
+		int nr = r1 - r < OPS_PANEL_ROWS ? (int)(r1 - r) : OPS_PANEL_ROWS;
+		const char *wr = (const char *)w->data + (size_t)r * w->row_bytes;
+
+		j->k->pack(wr, w->row_bytes, nr, w->cols, panel);
+		if (j->k->panel2 && r1 - r >= 2 * OPS_PANEL_ROWS) {
+			j->k->pack(wr + OPS_PANEL_ROWS * w->row_bytes, w->row_bytes, OPS_PANEL_ROWS, w->cols,
+				   panel + j->panel_stride);
+			nr = 2 * OPS_PANEL_ROWS;
+		}
+		mm_panel_cols(j, i, r, nr, panel);
+		r += nr;
+	}
+}
+
 /* Rows [r0, r1) (multiples of 8) of an interleaved matrix: each group of 8
- * rows against every activation row, as a panel when there are many. */
+ * rows against every activation row, as a panel (two groups as two panels
+ * where the type has the kernel) when there are many. */
 static void mm_x8(const struct mm_job *j, int ith, int i, int64_t r0, int64_t r1)
 {
 	const struct ops_mat *w = j->w[i];
 	size_t stride = (size_t)(w->cols / 32) * j->k->x8_block;
-	void *panel = j->panels ? j->panels + (size_t)ith * j->panel_stride : NULL;
+	unsigned char *panel = j->panels ? j->panels + (size_t)ith * 2 * j->panel_stride : NULL;
 
-	for (int64_t r = r0; r < r1; r += 8) {
+	for (int64_t r = r0; r < r1;) {
 		const void *grp = (const char *)w->data + (size_t)(r / 8) * stride;
+		int nr = 8;
 
-		if (panel)
+		if (panel) {
 			j->k->pack_x8(grp, w->cols, panel);
-		for (int t = 0; t < j->n; t += OPS_PANEL_COLS) {
-			int nc = j->n - t < OPS_PANEL_COLS ? j->n - t : OPS_PANEL_COLS;
-			const void *a = (const char *)j->a + (size_t)t * j->as;
-			float *y = j->y[i] + (size_t)t * w->rows + r;
+			if (j->k->panel2 && r1 - r >= 16) {
+				j->k->pack_x8((const char *)grp + stride, w->cols, panel + j->panel_stride);
+				nr = 16;
+			}
+			mm_panel_cols(j, i, r, nr, panel);
+		} else {
+			for (int t = 0; t < j->n; t += OPS_PANEL_COLS) {
+				int nc = j->n - t < OPS_PANEL_COLS ? j->n - t : OPS_PANEL_COLS;
 
-			if (panel)
-				j->k->panel(w->cols, panel, a, j->as, nc, y, (size_t)w->rows);
-			else
-				j->k->gemv_x8(w->cols, grp, a, j->as, nc, y, (size_t)w->rows);
+				j->k->gemv_x8(w->cols, grp, (const char *)j->a + (size_t)t * j->as, j->as, nc,
+					      j->y[i] + (size_t)t * w->rows + r, (size_t)w->rows);
+			}
 		}
+		r += nr;
 	}
 }
 
@@ -424,7 +450,8 @@ static void mm_run(struct tpool *tp, const struct ops_mat *const *w, float *cons
 	j.chunk = j.row0[n_mat] / ((int64_t)nth * OPS_MATMUL_CHUNKS_PER_THREAD);
 	if (j.chunk < OPS_MATMUL_MIN_CHUNK)
 		j.chunk = OPS_MATMUL_MIN_CHUNK;
-	j.chunk = (j.chunk + OPS_PANEL_ROWS - 1) / OPS_PANEL_ROWS * OPS_PANEL_ROWS;
+	/* whole pairs of panels (and of interleaved groups) */
+	j.chunk = (j.chunk + 2 * OPS_PANEL_ROWS - 1) / (2 * OPS_PANEL_ROWS) * (2 * OPS_PANEL_ROWS);
 	j.n_chunks = (j.row0[n_mat] + j.chunk - 1) / j.chunk;
 	atomic_init(&j.next, 0);
 	tpool_run(tp, mm_worker, &j);
@@ -466,7 +493,7 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	/* the panel path when there are enough tokens and room for the panels */
 	if ((w[0]->layout == OPS_LAYOUT_X8 ? k->pack_x8 != NULL : k->pack != NULL) && n >= OPS_PANEL_MIN_N && work) {
 		size_t need = OPS_ALIGN(act_row_bytes(OPS_ACT_Q8_32, cols) * (size_t)n) +
-			      (size_t)tpool_n(tp) * OPS_ALIGN(panel_bytes(cols));
+			      (size_t)tpool_n(tp) * 2 * OPS_ALIGN(panel_bytes(cols));
 
 		if (work_size >= need + 64) {
 			act = OPS_ACT_Q8_32;

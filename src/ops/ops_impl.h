@@ -237,6 +237,12 @@ typedef void (*ops_pack_fn)(const void *w, size_t ws, int nr, int64_t n, void *p
  * Writes all 8 rows of each column. */
 typedef void (*ops_panel_fn)(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 
+/* The same for two panels of 8 rows, pstride bytes apart, as 16 rows:
+ * s[c * ss + r] for r < 16 (optional, for the unsigned panel kinds; wide
+ * registers meet 16 rows at once). */
+typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s,
+			      size_t ss);
+
 /* The interleaved layout (OPS_LAYOUT_X8, ops_repack): rows in groups of 8;
  * a group is its blocks in order, and a block of the group is
  *
@@ -272,6 +278,7 @@ struct ops_type_kernels {
 	/* optional: the panel path for many tokens (NULL = row dots only) */
 	ops_pack_fn pack;
 	ops_panel_fn panel;
+	ops_panel2_fn panel2;        /* optional: 16 rows from two panels */
 	/* optional: the interleaved layout (NULL = none) */
 	ops_repack_fn repack;
 	ops_gemv_x8_fn gemv_x8;

@@ -314,3 +314,82 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 
 COLS_DISPATCH(gemv_q4_0_x8_avx512, CALL_Q4_0)
 COLS_DISPATCH(gemv_q8_0_x8_avx512, CALL_Q8_0)
+
+/* ---- two panels at once (prefill) ------------------------------------------------------ */
+
+/* Two 8-row panels (ops_impl.h) side by side, pstride bytes apart, as 16
+ * rows: a register holds a group of 4 columns of both panels (32 bytes of
+ * each), so the activations' 4 bytes go to all 16 lanes with one memory
+ * broadcast and each vpdpbusd does the work of two on 256-bit registers.
+ * Unsigned panel values (u4, u5: q in 0..31, w = d q + m). */
+static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const uint8_t *panel, size_t pstride,
+							      const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	const struct blk_q8_32 *y[OPS_PANEL_COLS];
+	__m512 acc[OPS_PANEL_COLS];
+	const uint8_t *pa = panel, *pb = panel + pstride;
+	/* few columns: the offsets ride along; more would run out of registers */
+	const int fold = nc <= 4;
+
+	for (int c = 0; c < nc; c++) {
+		y[c] = (const void *)((const char *)a + (size_t)c * as);
+		acc[c] = _mm512_setzero_ps();
+	}
+	for (int64_t b = 0; b < n / 32; b++, pa += OPS_PANEL_BLOCK, pb += OPS_PANEL_BLOCK) {
+		__m512i isum[OPS_PANEL_COLS];
+		__m512 d = _mm512_castpd_ps(_mm512_insertf64x4(
+			_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + 256)))),
+			_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + 256))), 1));
+		for (int c = 0; c < nc; c++)
+			isum[c] = _mm512_setzero_si512();
+		for (int g = 0; g < 8; g++) {
+			__m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(pa + 32 * g))),
+							_mm256_loadu_si256((const __m256i *)(pb + 32 * g)), 1);
+
+			for (int c = 0; c < nc; c++) {
+				int32_t v;
+
+				memcpy(&v, y[c][b].qs + 4 * g, sizeof v);
+				isum[c] = _mm512_dpbusd_epi32(isum[c], wq, _mm512_set1_epi32(v));
+			}
+		}
+		for (int c = 0; c < nc; c++)
+			acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y[c][b].d)), acc[c]);
+		if (fold) {
+			__m512 m = _mm512_castpd_ps(_mm512_insertf64x4(
+				_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + 288)))),
+				_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + 288))), 1));
+
+			for (int c = 0; c < nc; c++)
+				acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[c][b].s), acc[c]);
+		}
+	}
+	pa = panel;
+	pb = panel + pstride;
+	for (int64_t b = 0; !fold && b < n / 32; b++, pa += OPS_PANEL_BLOCK, pb += OPS_PANEL_BLOCK) {
+		__m512 m = _mm512_castpd_ps(_mm512_insertf64x4(
+			_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + 288)))),
+			_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + 288))), 1));
+
+		for (int c = 0; c < nc; c++)
+			acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[c][b].s), acc[c]);
+	}
+	for (int c = 0; c < nc; c++)
+		_mm512_storeu_ps(s + (size_t)c * ss, acc[c]);
+}
+
+#define CALL_P2(k) panel2_cols(n, panel, pstride, a, as, k, s, ss)
+
+void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	switch (nc) {
+	case 8: CALL_P2(8); break;
+	case 7: CALL_P2(7); break;
+	case 6: CALL_P2(6); break;
+	case 5: CALL_P2(5); break;
+	case 4: CALL_P2(4); break;
+	case 3: CALL_P2(3); break;
+	case 2: CALL_P2(2); break;
+	default: CALL_P2(1); break;
+	}
+}

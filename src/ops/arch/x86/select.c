@@ -86,4 +86,8 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q6_K].dot_rows = dot_rows_q6_k_avx512;
 	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx512;
 	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx512;
+	/* prefill: 16 rows (two panels) per register for the unsigned panels */
+	for (int t = 0; t < TKV_DTYPE_COUNT; t++)
+		if (types[t].panel == panel_u_vnni)
+			types[t].panel2 = panel2_u_avx512;
 }
