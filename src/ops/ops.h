@@ -3,7 +3,7 @@
  * Vectors are float arrays; weights are rows of any supported tkv_dtype (f32,
  * f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl,
  * iq4_xs), read in place from the model mapping. Every kernel has a scalar reference; faster versions for this CPU
- * (AVX2/FMA/F16C, and AVX512-VNNI for the integer dots) are chosen once at
+ * (AVX2/FMA/F16C, and AVX-512 with VNNI for the integer dots) are chosen once at
  * start-up from the one kernel level (util/cpu.h: the CPU and
  * TIERKV_KERNELS=ref|avx2|avx512). Nothing here allocates or knows about
  * policies. Threaded entry points take a tpool (may be NULL = caller only). */

@@ -6,11 +6,12 @@
  * Levels (the value of TIERKV_KERNELS selects one):
  *   ref     the scalar references, on any CPU
  *   avx2    AVX2 + FMA + F16C kernels
- *   avx512  the avx2 kernels, with the AVX512-VNNI versions (on 256-bit
- *           registers, AVX512VL) of the integer dot products put in: the
- *           weight panels and interleaved gemv of ops/, the q4 key scores of
- *           attention. There are no 512-bit kernels; families without VNNI
- *           versions (kv/tier.c, the float attention kernels) run at avx2.
+ *   avx512  AVX512F/BW/VL + AVX512-VNNI: the avx2 kernels with these put in:
+ *           on 512-bit registers the decode kernels of ops/ (k-quant row
+ *           dots, interleaved q4_0/q8_0 groups) and two-panel prefill; on
+ *           256-bit registers (AVX512VL) the other panels and the q4 key
+ *           scores of attention. Families without such versions (kv/tier.c,
+ *           the float attention kernels) run at avx2.
  * Unset (or "auto"): the highest level this CPU runs. A level the CPU lacks,
  * or a value not listed, is an error: cpu_kernels_check() reports it, which
  * tkv_model_load() calls, so the program stops before generating anything;
