@@ -7,6 +7,8 @@
 # of the memory-bandwidth limit (tierkv bench measures the bandwidth reading
 # the model's own matrices before every decode run; the limit is that over
 # the bytes a token reads, and llama.cpp's rate is set against the same).
+# With several rounds the table gives the mean of the rounds and, in
+# brackets, each round's own ratio.
 # Not run by CI: it needs llama.cpp's binaries and takes minutes.
 #
 #   scripts/compare_llamacpp.sh [LLAMA_BIN_DIR]
@@ -103,6 +105,12 @@ def load(path):
 
 avg = lambda v: sum(v) / len(v) if v else float('nan')
 fmt = lambda v, f='%.2f': (f % v) if v == v else '-'
+def ratio(a, b):
+    """mean of a over mean of b, and each round's own ratio when there are several"""
+    r = fmt(avg(a) / avg(b), '%.2fx')
+    if len(a) > 1 and len(a) == len(b):
+        r += ' (' + ' / '.join('%.2f' % (x / y) for x, y in zip(a, b)) + ')'
+    return r
 pt, tt = 'pp' + pp, 'tg' + tg
 print('| %s | llama.cpp %s | tierkv %s | ratio | tierkv of limit | llama.cpp of limit '
       '| llama.cpp %s | tierkv %s | ratio | tierkv %s, AVX2 forced | ratio |' % (shape, tt, tt, pt, pt, pt))
@@ -118,9 +126,9 @@ for t in types:
     ltg, ktg, lpp, kpp, apl = avg(lr[tt]), avg(kr[tt]), avg(lr[pt]), avg(kr[pt]), avg(ar[pt])
     lim = avg(kl[tt])
     print('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
-        t, fmt(ltg), fmt(ktg), fmt(ktg / ltg, '%.2fx'), fmt(100 * avg(kf[tt]), '%.0f%%'),
-        fmt(100 * ltg / lim, '%.0f%%'), fmt(lpp), fmt(kpp), fmt(kpp / lpp, '%.2fx'), fmt(apl),
-        fmt(apl / lpp, '%.2fx')))
+        t, fmt(ltg), fmt(ktg), ratio(kr[tt], lr[tt]), fmt(100 * avg(kf[tt]), '%.0f%%'),
+        fmt(100 * ltg / lim, '%.0f%%'), fmt(lpp), fmt(kpp), ratio(kr[pt], lr[pt]), fmt(apl),
+        ratio(ar[pt], lr[pt])))
 if bws:
     print('\ntierkv kernels %s; memory bandwidth reading the weights, measured before each decode run: '
           '%.1f-%.1f GB/s; limit = that bandwidth / bytes read per token (weights + K+V)' % (
