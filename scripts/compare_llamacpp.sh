@@ -20,7 +20,10 @@
 #
 # Environment: TIERKV (default build/tierkv), SHAPE (tinyllama-1.1b; or
 # llama2-7b, llama3-8b), TYPES ("Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0", llama-quantize
-# names), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
+# names), LLAMA_ARGS (extra llama-bench options, e.g. "--poll 0": its
+# threads then sleep between tasks instead of spinning, which on a machine
+# with more busy threads than cores keeps a descheduled thread from stalling
+# every barrier), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
 # tierkv's prefill with AVX2 forced; 0: not), MODELS (default
 # /tmp/tierkv-models), VOCAB (default ../shared/vocab/ggml-vocab-llama-spm.gguf),
 # OUT (JSON lines of every run, default /tmp/tierkv-compare).
@@ -56,7 +59,7 @@ for t in $types; do
 done
 
 llama() { # file type test-args
-	"$bin/llama-bench" -m "$1" $3 -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
+	"$bin/llama-bench" -m "$1" $3 ${LLAMA_ARGS:-} -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
 }
 tkv() { # file type test-args [kernels]
 	TIERKV_KERNELS=${4:-auto} "$tierkv" bench -m "$1" $3 -t "$threads" -r "$reps" -o json \
