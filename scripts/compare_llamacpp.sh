@@ -23,7 +23,10 @@
 # names), LLAMA_ARGS (extra llama-bench options, e.g. "--poll 0": its
 # threads then sleep between tasks instead of spinning, which on a machine
 # with more busy threads than cores keeps a descheduled thread from stalling
-# every barrier), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
+# every barrier), OMP_WAIT_POLICY (for llama-bench, default passive: ggml's
+# OpenMP threads otherwise spin at each barrier, and with more busy threads
+# than cores one measured TinyLlama Q4_K_M decode at 0.28-0.78 t/s instead of
+# 17), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
 # tierkv's prefill with AVX2 forced; 0: not), MODELS (default
 # /tmp/tierkv-models), VOCAB (default ../shared/vocab/ggml-vocab-llama-spm.gguf),
 # OUT (JSON lines of every run, default /tmp/tierkv-compare).
@@ -59,7 +62,7 @@ for t in $types; do
 done
 
 llama() { # file type test-args
-	"$bin/llama-bench" -m "$1" $3 ${LLAMA_ARGS:-} -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
+	OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$bin/llama-bench" -m "$1" $3 ${LLAMA_ARGS:-} -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
 }
 tkv() { # file type test-args [kernels]
 	TIERKV_KERNELS=${4:-auto} "$tierkv" bench -m "$1" $3 -t "$threads" -r "$reps" -o json \
