@@ -578,13 +578,18 @@ static int gm_tensors(const struct gm_opts *o, uint32_t n_vocab, uint32_t n_laye
 	bool fam = sh->vocab != NULL;
 	float qk_std = fam ? (float)sqrt(GM_QK_LOGIT / sh->dim) : GM_STD;
 	float qkn_mean = (float)sqrt(GM_QKN_LOGIT); /* q, k rows of rms ~1.4 after their norm */
-	float out_mean = fam ? (float)(GM_OUT_LOGIT / (GM_STD * sqrt(sh->dim))) : 1.0f;
+	/* Gemma multiplies embeddings by sqrt(dim): theirs are that much smaller,
+	 * or the residual stream stays the input token's embedding and a tied
+	 * output predicts that token again with certainty */
+	float embd_std = fam && !strncmp(sh->arch, "gemma", 5) ? GM_STD / (float)sqrt(sh->dim) : GM_STD;
+	float out_std = sh->flags & GM_TIED ? embd_std : GM_STD;
+	float out_mean = fam ? (float)(GM_OUT_LOGIT / (out_std * sqrt(sh->dim))) : 1.0f;
 	uint64_t half = gm_n_rot(sh) / 2;
 	struct gm_list L = { calloc(6 + 20 * (size_t)n_layer, sizeof(struct gm_tensor)), 0 };
 
 	if (!L.t)
 		return -1;
-	gm_add(&L, "token_embd.weight", 2, sh->dim, n_vocab, o->type, 0.0f, GM_STD);
+	gm_add(&L, "token_embd.weight", 2, sh->dim, n_vocab, o->type, 0.0f, embd_std);
 	gm_add(&L, "output_norm.weight", 1, sh->dim, 1, TKV_F32, out_mean, GM_STD * out_mean);
 	if (!(sh->flags & GM_TIED))
 		gm_add(&L, "output.weight", 2, sh->dim, n_vocab, o->type, 0.0f, GM_STD);
