@@ -107,13 +107,10 @@ static int parse_lens(struct cli_args *a, const char *v, struct rq_opts *o)
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct rq_opts *o)
+/* The defaults: every policy, budgets 1, 0.35, 1/8, 1/16, five depths. */
+static void rq_defaults(struct rq_opts *o)
 {
-	struct cli_args a = { argc, argv, 1, "eval" };
 	const double depths[] = { 0, 0.25, 0.5, 0.75, 1 };
-	bool any = false;
-	const char *v;
-	int rc;
 
 	memset(o, 0, sizeof *o);
 	o->ep = tkv_engine_default_params();
@@ -128,6 +125,37 @@ static int parse(int argc, char **argv, struct rq_opts *o)
 	o->budgets[o->n_bud++] = 0.0625;
 	for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++)
 		o->depths[o->n_depths++] = depths[i];
+}
+
+/* After the options: a task, a filler, the grid's policy among those run. */
+static int rq_check(struct cli_args *a, struct rq_opts *o)
+{
+	bool any = false;
+
+	for (int i = 0; i < RETR_TASK_COUNT; i++)
+		any |= o->tasks[i];
+	if (!any)
+		return cli_usage_error(a, "--retrieval: no task given");
+	if (o->n_files == 0)
+		return cli_usage_error(a, "no filler text: give -f FILE");
+	if (o->grid > TKV_POLICY_FULL) {
+		size_t i = 0;
+
+		while (i < o->n_pol && (int)o->policies[i] != o->grid)
+			i++;
+		if (i == o->n_pol)
+			return cli_usage_error(a, "--grid: %s is not in --policies", tkv_policy_name(o->grid));
+	}
+	return cli_kv_check(a, &o->ep);
+}
+
+static int parse(int argc, char **argv, struct rq_opts *o)
+{
+	struct cli_args a = { argc, argv, 1, "eval" };
+	const char *v;
+	int rc;
+
+	rq_defaults(o);
 	for (; a.i < argc; a.i++) {
 		const char *s = argv[a.i];
 
@@ -199,21 +227,7 @@ static int parse(int argc, char **argv, struct rq_opts *o)
 			o->files[o->n_files++] = s;
 		}
 	}
-	for (int i = 0; i < RETR_TASK_COUNT; i++)
-		any |= o->tasks[i];
-	if (!any)
-		return cli_usage_error(&a, "--retrieval: no task given");
-	if (o->n_files == 0)
-		return cli_usage_error(&a, "no filler text: give -f FILE");
-	if (o->grid > TKV_POLICY_FULL) {
-		size_t i = 0;
-
-		while (i < o->n_pol && (int)o->policies[i] != o->grid)
-			i++;
-		if (i == o->n_pol)
-			return cli_usage_error(&a, "--grid: %s is not in --policies", tkv_policy_name(o->grid));
-	}
-	return cli_kv_check(&a, &o->ep);
+	return rq_check(&a, o);
 }
 
 /* ---- runs --------------------------------------------------------------------- */
