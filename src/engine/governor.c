@@ -138,7 +138,7 @@ static void gov_raise(struct tkv_engine *e, const struct kv_pool_stats *ps, size
  * factor that would bring the pool to the band's upper quarter (the
  * policies' slack below their caps and whole pages freed take the pool
  * lower still), never below its floor, and its policy enforces it. Returns
- * -1 when the pool is there already, else a status. */
+ * 1 when the pool is there already, else a status (TKV_OK or negative). */
 static int gov_lower(struct tkv_engine *e, const struct kv_pool_stats *ps, size_t need, size_t budget)
 {
 	double target = (e->params.kv.gov_high - 0.25 * (e->params.kv.gov_high - e->params.kv.gov_low)) *
@@ -146,7 +146,7 @@ static int gov_lower(struct tkv_engine *e, const struct kv_pool_stats *ps, size_
 	double factor = ps->allocated ? fmax(target, 0.0) / (double)ps->allocated : 0.0;
 
 	if (factor >= 1.0)
-		return -1;
+		return 1;
 	for (struct tkv_seq *s = e->seqs; s; s = s->next) {
 		struct tkv_kv_stats ks;
 		double floor_b = (double)e->params.kv.gov_floor * seq_full_bytes(s);
@@ -201,7 +201,7 @@ int gov_make_room(struct tkv_engine *e, size_t need)
 	for (int pass = 0; pass < GOV_PASSES; pass++) {
 		int st;
 
-		if ((st = gov_lower(e, &ps, need, budget)) < 0)
+		if ((st = gov_lower(e, &ps, need, budget)) > 0)
 			break;
 		if (pass == 0)
 			e->gov_runs++;
