@@ -58,7 +58,7 @@ static struct tok *tok_stories, *tok_qwen;
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static struct tok *load_tok(const char *path, struct srv_chat_tmpl *chat, bool need)
+static struct tok *load_tok(const char *path, struct tkv_chat_template *chat, bool need)
 {
 	struct gguf_file *g = NULL;
 	struct tkv_error err = { 0 };
@@ -73,21 +73,19 @@ static struct tok *load_tok(const char *path, struct srv_chat_tmpl *chat, bool n
 		return NULL;
 	}
 	if (chat) {
-		/* as server.c's pick_template: the family the metadata names */
+		/* as the server: the family the metadata's template names, else plain */
 		const struct gguf_kv *kv = gguf_find(g, "tokenizer.chat_template");
-		int f = kv && kv->type == GGUF_TYPE_STRING ? srv_chat_detect(kv->v.str.ptr, kv->v.str.len) : -1;
 
 		memset(chat, 0, sizeof *chat);
-		chat->sys_tags = true;
-		chat->fmt = f >= 0 ? (enum srv_chat_fmt)f : SRV_CHAT_PLAIN;
-		if (f == SRV_CHAT_LLAMA2)
-			chat->sys_tags = srv_chat_detect_sys(kv->v.str.ptr, kv->v.str.len);
+		if (!kv || kv->type != GGUF_TYPE_STRING ||
+		    tkv_chat_template_detect(chat, kv->v.str.ptr, (size_t)kv->v.str.len) != TKV_OK)
+			CHECK(tkv_chat_template_by_name(chat, "plain") == TKV_OK);
 	}
 	gguf_close(g); /* the tokenizer keeps no pointer into the file */
 	return t;
 }
 
-static void add_ctx(struct tok *t, const struct srv_chat_tmpl *chat, uint32_t n_ctx, uint32_t max_tokens,
+static void add_ctx(struct tok *t, const struct tkv_chat_template *chat, uint32_t n_ctx, uint32_t max_tokens,
 		    const char *what)
 {
 	struct fz_ctx *c = &ctxs[n_ctxs++];
@@ -108,7 +106,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		"plain", "chatml", "llama-2", "mistral", "llama-3", "zephyr", "phi-3", "gemma",
 	};
 	const char *models = getenv("TIERKV_MODELS"), *vocab = getenv("TIERKV_VOCAB");
-	struct srv_chat_tmpl chat;
+	struct tkv_chat_template chat;
 	char path[4096];
 	FILE *f;
 
@@ -125,7 +123,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		const char *eos = tok_piece(tok_stories, tok_eos(tok_stories), &n);
 
 		memset(&chat, 0, sizeof chat);
-		CHECK(srv_chat_parse(families[i], &chat) == 0);
+		CHECK(tkv_chat_template_by_name(&chat, families[i]) == TKV_OK);
 		if (eos && n < sizeof chat.eos)
 			memcpy(chat.eos, eos, n);
 		/* odd families get a tiny context and limit: context_length_exceeded
