@@ -5,8 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/ops.h"
-#include "ops/ops_impl.h"
+#include "ops/quant_ref.h"
 
 const uint32_t ops_act_blck[OPS_ACT_COUNT] = {
 	[OPS_ACT_F32] = 1,
@@ -19,8 +18,6 @@ const uint32_t ops_act_size[OPS_ACT_COUNT] = {
 	[OPS_ACT_Q8_32] = sizeof(struct blk_q8_32),
 	[OPS_ACT_Q8_256] = sizeof(struct blk_q8_256),
 };
-
-#define F16(h) ops_f16_to_f32(h)
 
 /* ---- dequantize --------------------------------------------------------------- */
 
@@ -45,71 +42,56 @@ void dequant_bf16_ref(const void *row, float *out, int64_t n)
 		out[i] = ops_bf16_to_f32(h[i]);
 }
 
-void dequant_q4_0_ref(const void *row, float *out, int64_t n)
+static inline void deq_q4_0(const struct blk_q4_0 *b, float *out)
 {
-	const struct blk_q4_0 *b = row;
+	float d = F16(b->d);
 
-	for (int64_t i = 0; i < n / QK4_0; i++, out += QK4_0) {
-		float d = F16(b[i].d);
-
-		for (int j = 0; j < QK4_0 / 2; j++) {
-			out[j] = d * (float)((b[i].qs[j] & 15) - 8);
-			out[j + 16] = d * (float)((b[i].qs[j] >> 4) - 8);
-		}
+	for (int j = 0; j < QK4_0 / 2; j++) {
+		out[j] = d * (float)((b->qs[j] & 15) - 8);
+		out[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
 	}
 }
 
-void dequant_q8_0_ref(const void *row, float *out, int64_t n)
+static inline void deq_q8_0(const struct blk_q8_0 *b, float *out)
 {
-	const struct blk_q8_0 *b = row;
+	float d = F16(b->d);
 
-	for (int64_t i = 0; i < n / QK8_0; i++, out += QK8_0) {
-		float d = F16(b[i].d);
+	for (int j = 0; j < QK8_0; j++)
+		out[j] = d * (float)b->qs[j];
+}
 
-		for (int j = 0; j < QK8_0; j++)
-			out[j] = d * (float)b[i].qs[j];
+/* q4_k (qh NULL) and q5_k: element l (0..31) of sub-block j (0..7); the
+ * sub-blocks take the low then the high nibbles of 32 bytes, and q5_k's
+ * fifth bit of sub-block j is bit j of qh[l]. */
+static inline int k_sub_value(const uint8_t *qs, const uint8_t *qh, int j, int l)
+{
+	int v = (qs[32 * (j / 2) + l] >> ((j & 1) * 4)) & 15;
+
+	return qh ? v | ((qh[l] >> j) & 1) << 4 : v;
+}
+
+static inline void deq_k_affine(const uint8_t *qs, const uint8_t *qh, const uint8_t *scales, uint16_t d16,
+				uint16_t dmin16, float *out)
+{
+	float d = F16(d16), dmin = F16(dmin16);
+
+	for (int j = 0; j < 8; j++, out += 32) {
+		uint8_t sc, m;
+
+		ops_k_scale_min(scales, j, &sc, &m);
+		for (int l = 0; l < 32; l++)
+			out[l] = d * sc * (float)k_sub_value(qs, qh, j, l) - dmin * m;
 	}
 }
 
-void dequant_q4_k_ref(const void *row, float *out, int64_t n)
+static inline void deq_q4_k(const struct blk_q4_k *b, float *out)
 {
-	const struct blk_q4_k *b = row;
-
-	for (int64_t i = 0; i < n / QK_K; i++) {
-		float d = F16(b[i].d), dmin = F16(b[i].dmin);
-
-		for (int j = 0; j < 8; j++, out += 32) {
-			const uint8_t *q = b[i].qs + 32 * (j / 2);
-			int shift = (j & 1) * 4;
-			uint8_t sc, m;
-
-			ops_k_scale_min(b[i].scales, j, &sc, &m);
-			for (int l = 0; l < 32; l++)
-				out[l] = d * sc * (float)((q[l] >> shift) & 15) - dmin * m;
-		}
-	}
+	deq_k_affine(b->qs, NULL, b->scales, b->d, b->dmin, out);
 }
 
-void dequant_q5_k_ref(const void *row, float *out, int64_t n)
+static inline void deq_q5_k(const struct blk_q5_k *b, float *out)
 {
-	const struct blk_q5_k *b = row;
-
-	for (int64_t i = 0; i < n / QK_K; i++) {
-		float d = F16(b[i].d), dmin = F16(b[i].dmin);
-
-		for (int j = 0; j < 8; j++, out += 32) {
-			const uint8_t *q = b[i].qs + 32 * (j / 2);
-			int shift = (j & 1) * 4;
-			uint8_t sc, m;
-
-			ops_k_scale_min(b[i].scales, j, &sc, &m);
-			for (int l = 0; l < 32; l++) {
-				int v = ((q[l] >> shift) & 15) | ((b[i].qh[l] >> j) & 1) << 4;
-
-				out[l] = d * sc * (float)v - dmin * m;
-			}
-		}
-	}
+	deq_k_affine(b->qs, b->qh, b->scales, b->d, b->dmin, out);
 }
 
 /* The 6-bit value of element e (0..255) of a q6_k block, before the -32: each
@@ -126,17 +108,19 @@ static inline int q6_k_value(const struct blk_q6_k *b, int e)
 	return lo | hi << 4;
 }
 
-void dequant_q6_k_ref(const void *row, float *out, int64_t n)
+static inline void deq_q6_k(const struct blk_q6_k *b, float *out)
 {
-	const struct blk_q6_k *b = row;
+	float d = F16(b->d);
 
-	for (int64_t i = 0; i < n / QK_K; i++, out += QK_K) {
-		float d = F16(b[i].d);
-
-		for (int e = 0; e < QK_K; e++)
-			out[e] = d * b[i].scales[e / 16] * (float)(q6_k_value(&b[i], e) - 32);
-	}
+	for (int e = 0; e < QK_K; e++)
+		out[e] = d * b->scales[e / 16] * (float)(q6_k_value(b, e) - 32);
 }
+
+OPS_DEQUANT_REF(q4_0, blk_q4_0, QK4_0, deq_q4_0)
+OPS_DEQUANT_REF(q8_0, blk_q8_0, QK8_0, deq_q8_0)
+OPS_DEQUANT_REF(q4_k, blk_q4_k, QK_K, deq_q4_k)
+OPS_DEQUANT_REF(q5_k, blk_q5_k, QK_K, deq_q5_k)
+OPS_DEQUANT_REF(q6_k, blk_q6_k, QK_K, deq_q6_k)
 
 /* ---- activations ------------------------------------------------------------------ */
 
@@ -239,134 +223,76 @@ void dot_rows_bf16_ref(int64_t n, const void *w, size_t ws, int nr, const void *
 	}
 }
 
-void dot_rows_q4_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q4_0(const struct blk_q4_0 *b, const struct blk_q8_32 *y)
 {
-	const struct blk_q8_32 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q4_0 *b = (const void *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / QK4_0; i++) {
-			int isum = 0;
-
-			for (int j = 0; j < 16; j++)
-				isum += ((b[i].qs[j] & 15) - 8) * y[i].qs[j] + ((b[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
-	}
+	for (int j = 0; j < 16; j++)
+		isum += ((b->qs[j] & 15) - 8) * y->qs[j] + ((b->qs[j] >> 4) - 8) * y->qs[j + 16];
+	return F16(b->d) * y->d * (float)isum;
 }
 
-void dot_rows_q8_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q8_0(const struct blk_q8_0 *b, const struct blk_q8_32 *y)
 {
-	const struct blk_q8_32 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q8_0 *b = (const void *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / QK8_0; i++) {
-			int isum = 0;
-
-			for (int j = 0; j < 32; j++)
-				isum += b[i].qs[j] * y[i].qs[j];
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
-	}
+	for (int j = 0; j < 32; j++)
+		isum += b->qs[j] * y->qs[j];
+	return F16(b->d) * y->d * (float)isum;
 }
 
 /* q4_k and q5_k: sum_j d sc_j sum(q y) - dmin m_j sum(y), with every sum over a
  * sub-block of 32 and the y sums from the activation's 16-element sums. */
-void dot_rows_q4_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_k_affine(const uint8_t *qs, const uint8_t *qh, const uint8_t *scales, uint16_t d,
+				 uint16_t dmin, const struct blk_q8_256 *y)
 {
-	const struct blk_q8_256 *y = a;
+	int isum = 0, msum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q4_k *b = (const void *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
+	for (int j = 0; j < 8; j++) {
+		const int8_t *yq = y->qs + 32 * j;
+		int dot = 0;
+		uint8_t sc, m;
 
-		for (int64_t i = 0; i < n / QK_K; i++) {
-			int isum = 0, msum = 0;
-
-			for (int j = 0; j < 8; j++) {
-				const uint8_t *q = b[i].qs + 32 * (j / 2);
-				const int8_t *yq = y[i].qs + 32 * j;
-				int shift = (j & 1) * 4, dot = 0;
-				uint8_t sc, m;
-
-				ops_k_scale_min(b[i].scales, j, &sc, &m);
-				for (int l = 0; l < 32; l++)
-					dot += ((q[l] >> shift) & 15) * yq[l];
-				isum += sc * dot;
-				msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-			}
-			sum += y[i].d * (F16(b[i].d) * (float)isum - F16(b[i].dmin) * (float)msum);
-		}
-		s[r] = sum;
+		ops_k_scale_min(scales, j, &sc, &m);
+		for (int l = 0; l < 32; l++)
+			dot += k_sub_value(qs, qh, j, l) * yq[l];
+		isum += sc * dot;
+		msum += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
 	}
+	return y->d * (F16(d) * (float)isum - F16(dmin) * (float)msum);
 }
 
-void dot_rows_q5_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q4_k(const struct blk_q4_k *b, const struct blk_q8_256 *y)
 {
-	const struct blk_q8_256 *y = a;
-
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q5_k *b = (const void *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / QK_K; i++) {
-			int isum = 0, msum = 0;
-
-			for (int j = 0; j < 8; j++) {
-				const uint8_t *q = b[i].qs + 32 * (j / 2);
-				const int8_t *yq = y[i].qs + 32 * j;
-				int shift = (j & 1) * 4, dot = 0;
-				uint8_t sc, m;
-
-				ops_k_scale_min(b[i].scales, j, &sc, &m);
-				for (int l = 0; l < 32; l++)
-					dot += (((q[l] >> shift) & 15) | ((b[i].qh[l] >> j) & 1) << 4) * yq[l];
-				isum += sc * dot;
-				msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-			}
-			sum += y[i].d * (F16(b[i].d) * (float)isum - F16(b[i].dmin) * (float)msum);
-		}
-		s[r] = sum;
-	}
+	return dot_k_affine(b->qs, NULL, b->scales, b->d, b->dmin, y);
 }
 
-void dot_rows_q6_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q5_k(const struct blk_q5_k *b, const struct blk_q8_256 *y)
 {
-	const struct blk_q8_256 *y = a;
-
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q6_k *b = (const void *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / QK_K; i++) {
-			int isum = 0;
-
-			for (int k = 0; k < 16; k++) {
-				int dot = 0;
-
-				for (int e = 16 * k; e < 16 * k + 16; e++)
-					dot += (q6_k_value(&b[i], e) - 32) * y[i].qs[e];
-				isum += b[i].scales[k] * dot;
-			}
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
-	}
+	return dot_k_affine(b->qs, b->qh, b->scales, b->d, b->dmin, y);
 }
+
+static inline float dot_q6_k(const struct blk_q6_k *b, const struct blk_q8_256 *y)
+{
+	int isum = 0;
+
+	for (int k = 0; k < 16; k++) {
+		int dot = 0;
+
+		for (int e = 16 * k; e < 16 * k + 16; e++)
+			dot += (q6_k_value(b, e) - 32) * y->qs[e];
+		isum += b->scales[k] * dot;
+	}
+	return F16(b->d) * y->d * (float)isum;
+}
+
+OPS_DOT_ROWS_REF(q4_0, blk_q4_0, blk_q8_32, QK4_0, dot_q4_0)
+OPS_DOT_ROWS_REF(q8_0, blk_q8_0, blk_q8_32, QK8_0, dot_q8_0)
+OPS_DOT_ROWS_REF(q4_k, blk_q4_k, blk_q8_256, QK_K, dot_q4_k)
+OPS_DOT_ROWS_REF(q5_k, blk_q5_k, blk_q8_256, QK_K, dot_q5_k)
+OPS_DOT_ROWS_REF(q6_k, blk_q6_k, blk_q8_256, QK_K, dot_q6_k)
 
 /* ---- weight quantizers ------------------------------------------------------------- */
-
-static inline int clampi(int v, int lo, int hi)
-{
-	return v < lo ? lo : v > hi ? hi : v;
-}
 
 /* The f16 of d, and the inverse of the value it rounds to (0 for 0). */
 static inline uint16_t f16_scale(float d, float *id)
@@ -615,51 +541,36 @@ static void decode_q8_0(const void *row, int64_t b, uint8_t q[32], float *d, flo
 }
 
 /* Sub-block j = b % 8 of super-block b / 8. */
+static inline void decode_k_affine(const uint8_t *qs, const uint8_t *qh, const uint8_t *scales, uint16_t d16,
+				   uint16_t dmin16, int j, uint8_t q[32], float *d, float *m)
+{
+	uint8_t sc, mn;
+
+	ops_k_scale_min(scales, j, &sc, &mn);
+	for (int l = 0; l < 32; l++)
+		q[l] = (uint8_t)k_sub_value(qs, qh, j, l);
+	*d = F16(d16) * sc;
+	*m = -(F16(dmin16) * mn);
+}
+
 static void decode_q4_k(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
 {
 	const struct blk_q4_k *x = (const struct blk_q4_k *)row + b / 8;
-	int j = (int)(b % 8), shift = (j & 1) * 4;
-	uint8_t sc, mn;
 
-	ops_k_scale_min(x->scales, j, &sc, &mn);
-	for (int l = 0; l < 32; l++)
-		q[l] = (x->qs[32 * (j / 2) + l] >> shift) & 15;
-	*d = F16(x->d) * sc;
-	*m = -(F16(x->dmin) * mn);
+	decode_k_affine(x->qs, NULL, x->scales, x->d, x->dmin, (int)(b % 8), q, d, m);
 }
 
 static void decode_q5_k(const void *row, int64_t b, uint8_t q[32], float *d, float *m)
 {
 	const struct blk_q5_k *x = (const struct blk_q5_k *)row + b / 8;
-	int j = (int)(b % 8), shift = (j & 1) * 4;
-	uint8_t sc, mn;
 
-	ops_k_scale_min(x->scales, j, &sc, &mn);
-	for (int l = 0; l < 32; l++)
-		q[l] = (uint8_t)(((x->qs[32 * (j / 2) + l] >> shift) & 15) | ((x->qh[l] >> j) & 1) << 4);
-	*d = F16(x->d) * sc;
-	*m = -(F16(x->dmin) * mn);
+	decode_k_affine(x->qs, x->qh, x->scales, x->d, x->dmin, (int)(b % 8), q, d, m);
 }
 
-void pack_q4_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q4_0);
-}
-
-void pack_q8_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q8_0);
-}
-
-void pack_q4_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q4_k);
-}
-
-void pack_q5_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q5_k);
-}
+OPS_PACK_REF(q4_0)
+OPS_PACK_REF(q8_0)
+OPS_PACK_REF(q4_k)
+OPS_PACK_REF(q5_k)
 
 /* sum over blocks of (d dy) sum(q y) + m s, per row; q unsigned or signed. */
 static void panel_dot(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss,

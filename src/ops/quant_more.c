@@ -9,10 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/ops.h"
-#include "ops/ops_impl.h"
-
-#define F16(h) ops_f16_to_f32(h)
+#include "ops/quant_ref.h"
 
 const int8_t ops_iq4nl_values[16] = {
 	-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
@@ -62,260 +59,179 @@ static inline int iq4_xs_scale(const struct blk_iq4_xs *b, int j)
 
 /* ---- dequantize --------------------------------------------------------------- */
 
-void dequant_q4_1_ref(const void *row, float *out, int64_t n)
+/* The 5-bit value of element e of a q5_0 / q5_1 block. */
+static inline int q5_value(const uint8_t *qs, const uint8_t *qh, int e)
 {
-	const struct blk_q4_1 *b = row;
+	return nib32(qs, e) | bit32(qh, e) << 4;
+}
 
-	for (int64_t i = 0; i < n / 32; i++, out += 32) {
-		float d = F16(b[i].d), m = F16(b[i].m);
+static inline void deq_q4_1(const struct blk_q4_1 *b, float *out)
+{
+	float d = F16(b->d), m = F16(b->m);
+
+	for (int e = 0; e < 32; e++)
+		out[e] = (float)nib32(b->qs, e) * d + m;
+}
+
+static inline void deq_q5_0(const struct blk_q5_0 *b, float *out)
+{
+	float d = F16(b->d);
+
+	for (int e = 0; e < 32; e++)
+		out[e] = (float)(q5_value(b->qs, b->qh, e) - 16) * d;
+}
+
+static inline void deq_q5_1(const struct blk_q5_1 *b, float *out)
+{
+	float d = F16(b->d), m = F16(b->m);
+
+	for (int e = 0; e < 32; e++)
+		out[e] = (float)q5_value(b->qs, b->qh, e) * d + m;
+}
+
+static inline void deq_iq4_nl(const struct blk_iq4_nl *b, float *out)
+{
+	float d = F16(b->d);
+
+	for (int e = 0; e < 32; e++)
+		out[e] = d * (float)ops_iq4nl_values[nib32(b->qs, e)];
+}
+
+static inline void deq_q2_k(const struct blk_q2_k *b, float *out)
+{
+	float d = F16(b->d), dmin = F16(b->dmin);
+
+	for (int k = 0; k < 16; k++) {
+		float dl = d * (float)(b->scales[k] & 15), ml = dmin * (float)(b->scales[k] >> 4);
+
+		for (int e = 16 * k; e < 16 * k + 16; e++)
+			out[e] = dl * (float)k_low2(b->qs, e) - ml;
+	}
+}
+
+static inline void deq_q3_k(const struct blk_q3_k *b, float *out)
+{
+	float d = F16(b->d);
+
+	for (int k = 0; k < 16; k++) {
+		float dl = d * (float)(q3_k_scale(b->scales, k) - 32);
+
+		for (int e = 16 * k; e < 16 * k + 16; e++)
+			out[e] = dl * (float)q3_k_value(b, e);
+	}
+}
+
+static inline void deq_iq4_xs(const struct blk_iq4_xs *b, float *out)
+{
+	float d = F16(b->d);
+
+	for (int j = 0; j < 8; j++, out += 32) {
+		float dl = d * (float)(iq4_xs_scale(b, j) - 32);
 
 		for (int e = 0; e < 32; e++)
-			out[e] = (float)nib32(b[i].qs, e) * d + m;
+			out[e] = dl * (float)ops_iq4nl_values[nib32(b->qs + 16 * j, e)];
 	}
 }
 
-void dequant_q5_0_ref(const void *row, float *out, int64_t n)
-{
-	const struct blk_q5_0 *b = row;
-
-	for (int64_t i = 0; i < n / 32; i++, out += 32) {
-		float d = F16(b[i].d);
-
-		for (int e = 0; e < 32; e++)
-			out[e] = (float)((nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) - 16) * d;
-	}
-}
-
-void dequant_q5_1_ref(const void *row, float *out, int64_t n)
-{
-	const struct blk_q5_1 *b = row;
-
-	for (int64_t i = 0; i < n / 32; i++, out += 32) {
-		float d = F16(b[i].d), m = F16(b[i].m);
-
-		for (int e = 0; e < 32; e++)
-			out[e] = (float)(nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) * d + m;
-	}
-}
-
-void dequant_iq4_nl_ref(const void *row, float *out, int64_t n)
-{
-	const struct blk_iq4_nl *b = row;
-
-	for (int64_t i = 0; i < n / 32; i++, out += 32) {
-		float d = F16(b[i].d);
-
-		for (int e = 0; e < 32; e++)
-			out[e] = d * (float)ops_iq4nl_values[nib32(b[i].qs, e)];
-	}
-}
-
-void dequant_q2_k_ref(const void *row, float *out, int64_t n)
-{
-	const struct blk_q2_k *b = row;
-
-	for (int64_t i = 0; i < n / QK_K; i++, out += QK_K) {
-		float d = F16(b[i].d), dmin = F16(b[i].dmin);
-
-		for (int k = 0; k < 16; k++) {
-			float dl = d * (float)(b[i].scales[k] & 15), ml = dmin * (float)(b[i].scales[k] >> 4);
-
-			for (int e = 16 * k; e < 16 * k + 16; e++)
-				out[e] = dl * (float)k_low2(b[i].qs, e) - ml;
-		}
-	}
-}
-
-void dequant_q3_k_ref(const void *row, float *out, int64_t n)
-{
-	const struct blk_q3_k *b = row;
-
-	for (int64_t i = 0; i < n / QK_K; i++, out += QK_K) {
-		float d = F16(b[i].d);
-
-		for (int k = 0; k < 16; k++) {
-			float dl = d * (float)(q3_k_scale(b[i].scales, k) - 32);
-
-			for (int e = 16 * k; e < 16 * k + 16; e++)
-				out[e] = dl * (float)q3_k_value(&b[i], e);
-		}
-	}
-}
-
-void dequant_iq4_xs_ref(const void *row, float *out, int64_t n)
-{
-	const struct blk_iq4_xs *b = row;
-
-	for (int64_t i = 0; i < n / QK_K; i++) {
-		float d = F16(b[i].d);
-
-		for (int j = 0; j < 8; j++, out += 32) {
-			float dl = d * (float)(iq4_xs_scale(&b[i], j) - 32);
-
-			for (int e = 0; e < 32; e++)
-				out[e] = dl * (float)ops_iq4nl_values[nib32(b[i].qs + 16 * j, e)];
-		}
-	}
-}
+OPS_DEQUANT_REF(q4_1, blk_q4_1, 32, deq_q4_1)
+OPS_DEQUANT_REF(q5_0, blk_q5_0, 32, deq_q5_0)
+OPS_DEQUANT_REF(q5_1, blk_q5_1, 32, deq_q5_1)
+OPS_DEQUANT_REF(iq4_nl, blk_iq4_nl, 32, deq_iq4_nl)
+OPS_DEQUANT_REF(q2_k, blk_q2_k, QK_K, deq_q2_k)
+OPS_DEQUANT_REF(q3_k, blk_q3_k, QK_K, deq_q3_k)
+OPS_DEQUANT_REF(iq4_xs, blk_iq4_xs, QK_K, deq_iq4_xs)
 
 /* ---- row dots ------------------------------------------------------------------ */
 
-static inline const void *row_at(const void *w, size_t ws, int r)
+/* q4_1 / q5_1: d dy sum(q y) + m s per block, s = dy sum(y). */
+static inline float dot_q4_1(const struct blk_q4_1 *b, const struct blk_q8_32 *y)
 {
-	return (const char *)w + (size_t)r * ws;
+	int isum = 0;
+
+	for (int e = 0; e < 32; e++)
+		isum += nib32(b->qs, e) * y->qs[e];
+	return F16(b->d) * y->d * (float)isum + F16(b->m) * y->s;
 }
 
-/* q4_1 / q5_1: sum over blocks of d dy sum(q y) + m s, s = dy sum(y). */
-void dot_rows_q4_1_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q5_0(const struct blk_q5_0 *b, const struct blk_q8_32 *y)
 {
-	const struct blk_q8_32 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q4_1 *b = row_at(w, ws, r);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / 32; i++) {
-			int isum = 0;
-
-			for (int e = 0; e < 32; e++)
-				isum += nib32(b[i].qs, e) * y[i].qs[e];
-			sum += F16(b[i].d) * y[i].d * (float)isum + F16(b[i].m) * y[i].s;
-		}
-		s[r] = sum;
-	}
+	for (int e = 0; e < 32; e++)
+		isum += (q5_value(b->qs, b->qh, e) - 16) * y->qs[e];
+	return F16(b->d) * y->d * (float)isum;
 }
 
-void dot_rows_q5_0_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q5_1(const struct blk_q5_1 *b, const struct blk_q8_32 *y)
 {
-	const struct blk_q8_32 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q5_0 *b = row_at(w, ws, r);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / 32; i++) {
-			int isum = 0;
-
-			for (int e = 0; e < 32; e++)
-				isum += ((nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) - 16) * y[i].qs[e];
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
-	}
+	for (int e = 0; e < 32; e++)
+		isum += q5_value(b->qs, b->qh, e) * y->qs[e];
+	return F16(b->d) * y->d * (float)isum + F16(b->m) * y->s;
 }
 
-void dot_rows_q5_1_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_iq4_nl(const struct blk_iq4_nl *b, const struct blk_q8_32 *y)
 {
-	const struct blk_q8_32 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q5_1 *b = row_at(w, ws, r);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / 32; i++) {
-			int isum = 0;
-
-			for (int e = 0; e < 32; e++)
-				isum += (nib32(b[i].qs, e) | bit32(b[i].qh, e) << 4) * y[i].qs[e];
-			sum += F16(b[i].d) * y[i].d * (float)isum + F16(b[i].m) * y[i].s;
-		}
-		s[r] = sum;
-	}
-}
-
-void dot_rows_iq4_nl_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
-{
-	const struct blk_q8_32 *y = a;
-
-	for (int r = 0; r < nr; r++) {
-		const struct blk_iq4_nl *b = row_at(w, ws, r);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n / 32; i++) {
-			int isum = 0;
-
-			for (int e = 0; e < 32; e++)
-				isum += ops_iq4nl_values[nib32(b[i].qs, e)] * y[i].qs[e];
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
-	}
+	for (int e = 0; e < 32; e++)
+		isum += ops_iq4nl_values[nib32(b->qs, e)] * y->qs[e];
+	return F16(b->d) * y->d * (float)isum;
 }
 
 /* q2_k: dy (d sum_k sc_k sum(q y) - dmin sum_k m_k bsum_k) over the 16 groups
  * of 16, the y sums from the activation's 16-element sums. */
-void dot_rows_q2_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q2_k(const struct blk_q2_k *b, const struct blk_q8_256 *y)
 {
-	const struct blk_q8_256 *y = a;
+	int isum = 0, msum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q2_k *b = row_at(w, ws, r);
-		float sum = 0.0f;
+	for (int k = 0; k < 16; k++) {
+		int dot = 0;
 
-		for (int64_t i = 0; i < n / QK_K; i++) {
-			int isum = 0, msum = 0;
-
-			for (int k = 0; k < 16; k++) {
-				int dot = 0;
-
-				for (int e = 16 * k; e < 16 * k + 16; e++)
-					dot += k_low2(b[i].qs, e) * y[i].qs[e];
-				isum += (b[i].scales[k] & 15) * dot;
-				msum += (b[i].scales[k] >> 4) * y[i].bsums[k];
-			}
-			sum += y[i].d * (F16(b[i].d) * (float)isum - F16(b[i].dmin) * (float)msum);
-		}
-		s[r] = sum;
+		for (int e = 16 * k; e < 16 * k + 16; e++)
+			dot += k_low2(b->qs, e) * y->qs[e];
+		isum += (b->scales[k] & 15) * dot;
+		msum += (b->scales[k] >> 4) * y->bsums[k];
 	}
+	return y->d * (F16(b->d) * (float)isum - F16(b->dmin) * (float)msum);
 }
 
-void dot_rows_q3_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_q3_k(const struct blk_q3_k *b, const struct blk_q8_256 *y)
 {
-	const struct blk_q8_256 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_q3_k *b = row_at(w, ws, r);
-		float sum = 0.0f;
+	for (int k = 0; k < 16; k++) {
+		int dot = 0;
 
-		for (int64_t i = 0; i < n / QK_K; i++) {
-			int isum = 0;
-
-			for (int k = 0; k < 16; k++) {
-				int dot = 0;
-
-				for (int e = 16 * k; e < 16 * k + 16; e++)
-					dot += q3_k_value(&b[i], e) * y[i].qs[e];
-				isum += (q3_k_scale(b[i].scales, k) - 32) * dot;
-			}
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
+		for (int e = 16 * k; e < 16 * k + 16; e++)
+			dot += q3_k_value(b, e) * y->qs[e];
+		isum += (q3_k_scale(b->scales, k) - 32) * dot;
 	}
+	return F16(b->d) * y->d * (float)isum;
 }
 
-void dot_rows_iq4_xs_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+static inline float dot_iq4_xs(const struct blk_iq4_xs *b, const struct blk_q8_256 *y)
 {
-	const struct blk_q8_256 *y = a;
+	int isum = 0;
 
-	for (int r = 0; r < nr; r++) {
-		const struct blk_iq4_xs *b = row_at(w, ws, r);
-		float sum = 0.0f;
+	for (int j = 0; j < 8; j++) {
+		int dot = 0;
 
-		for (int64_t i = 0; i < n / QK_K; i++) {
-			int isum = 0;
-
-			for (int j = 0; j < 8; j++) {
-				int dot = 0;
-
-				for (int e = 0; e < 32; e++)
-					dot += ops_iq4nl_values[nib32(b[i].qs + 16 * j, e)] * y[i].qs[32 * j + e];
-				isum += (iq4_xs_scale(&b[i], j) - 32) * dot;
-			}
-			sum += F16(b[i].d) * y[i].d * (float)isum;
-		}
-		s[r] = sum;
+		for (int e = 0; e < 32; e++)
+			dot += ops_iq4nl_values[nib32(b->qs + 16 * j, e)] * y->qs[32 * j + e];
+		isum += (iq4_xs_scale(b, j) - 32) * dot;
 	}
+	return F16(b->d) * y->d * (float)isum;
 }
+
+OPS_DOT_ROWS_REF(q4_1, blk_q4_1, blk_q8_32, 32, dot_q4_1)
+OPS_DOT_ROWS_REF(q5_0, blk_q5_0, blk_q8_32, 32, dot_q5_0)
+OPS_DOT_ROWS_REF(q5_1, blk_q5_1, blk_q8_32, 32, dot_q5_1)
+OPS_DOT_ROWS_REF(iq4_nl, blk_iq4_nl, blk_q8_32, 32, dot_iq4_nl)
+OPS_DOT_ROWS_REF(q2_k, blk_q2_k, blk_q8_256, QK_K, dot_q2_k)
+OPS_DOT_ROWS_REF(q3_k, blk_q3_k, blk_q8_256, QK_K, dot_q3_k)
+OPS_DOT_ROWS_REF(iq4_xs, blk_iq4_xs, blk_q8_256, QK_K, dot_iq4_xs)
 
 /* ---- panels (see ops_impl.h): blocks of 32 with one scale ------------------------- */
 
@@ -334,7 +250,7 @@ static void decode_q5_0(const void *row, int64_t b, uint8_t q[32], float *d, flo
 	const struct blk_q5_0 *x = (const struct blk_q5_0 *)row + b;
 
 	for (int e = 0; e < 32; e++)
-		q[e] = (uint8_t)(nib32(x->qs, e) | bit32(x->qh, e) << 4);
+		q[e] = (uint8_t)q5_value(x->qs, x->qh, e);
 	*d = F16(x->d);
 	*m = -16.0f * *d;
 }
@@ -344,7 +260,7 @@ static void decode_q5_1(const void *row, int64_t b, uint8_t q[32], float *d, flo
 	const struct blk_q5_1 *x = (const struct blk_q5_1 *)row + b;
 
 	for (int e = 0; e < 32; e++)
-		q[e] = (uint8_t)(nib32(x->qs, e) | bit32(x->qh, e) << 4);
+		q[e] = (uint8_t)q5_value(x->qs, x->qh, e);
 	*d = F16(x->d);
 	*m = F16(x->m);
 }
@@ -371,37 +287,13 @@ static void decode_iq4_xs(const void *row, int64_t b, uint8_t q[32], float *d, f
 	*m = 0.0f;
 }
 
-void pack_q4_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q4_1);
-}
-
-void pack_q5_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q5_0);
-}
-
-void pack_q5_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_q5_1);
-}
-
-void pack_iq4_nl_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_iq4_nl);
-}
-
-void pack_iq4_xs_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
-{
-	ops_pack_rows(w, ws, nr, n, panel, decode_iq4_xs);
-}
+OPS_PACK_REF(q4_1)
+OPS_PACK_REF(q5_0)
+OPS_PACK_REF(q5_1)
+OPS_PACK_REF(iq4_nl)
+OPS_PACK_REF(iq4_xs)
 
 /* ---- weight quantizers ------------------------------------------------------------ */
-
-static inline int clampi(int v, int lo, int hi)
-{
-	return v < lo ? lo : v > hi ? hi : v;
-}
 
 /* The f16 of d and the float it rounds to. */
 static inline uint16_t f16_round(float d, float *dq)
