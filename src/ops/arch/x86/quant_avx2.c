@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "ops/arch/x86/quant_x86.h"
 #include "ops/arch/x86/x86.h"
 #include "util/simd_x86.h"
 
@@ -20,24 +21,6 @@ static inline int hsum_epi32(__m256i v)
 	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
 	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
 	return _mm_cvtsi128_si32(s);
-}
-
-static inline float f16(uint16_t h)
-{
-	return _cvtsh_ss(h);
-}
-
-static inline const void *row_at(const void *w, size_t ws, int r)
-{
-	return (const char *)w + (size_t)r * ws;
-}
-
-/* 16 bytes of nibbles -> 32 bytes 0..15: low nibbles then high nibbles. */
-static inline __m256i nibbles(const uint8_t *p)
-{
-	__m128i q = _mm_loadu_si128((const __m128i *)p);
-
-	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
 }
 
 /* ---- float types ---------------------------------------------------------------------
@@ -695,14 +678,6 @@ void pack_q4_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
 void pack_q5_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
 {
 	pack_k_affine(w, ws, nr, n, panel, 1);
-}
-
-static inline __m256i bcast4(const int8_t *p)
-{
-	int32_t v;
-
-	memcpy(&v, p, sizeof v);
-	return _mm256_set1_epi32(v);
 }
 
 /* The panel dot for nc (constant after inlining) activation rows. kind

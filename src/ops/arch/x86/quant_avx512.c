@@ -30,12 +30,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "ops/arch/x86/quant_x86.h"
 #include "ops/arch/x86/x86.h"
-
-static inline float f16(uint16_t h)
-{
-	return _cvtsh_ss(h);
-}
 
 static inline float hsum512(__m512 v)
 {
@@ -297,16 +293,7 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 #define COLS_DISPATCH(NAME, CALL)                                                                    \
 	void NAME(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss) \
 	{                                                                                            \
-		switch (nc) {                                                                        \
-		case 8: CALL(8); break;                                                              \
-		case 7: CALL(7); break;                                                              \
-		case 6: CALL(6); break;                                                              \
-		case 5: CALL(5); break;                                                              \
-		case 4: CALL(4); break;                                                              \
-		case 3: CALL(3); break;                                                              \
-		case 2: CALL(2); break;                                                              \
-		default: CALL(1); break;                                                             \
-		}                                                                                    \
+		OPS_COLS_SWITCH8(nc, CALL)                                                           \
 	}
 
 #define CALL_Q4_0(k) x8_cols_512(n, group, a, as, k, s, ss, 0)
@@ -382,14 +369,5 @@ static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const u
 
 void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss)
 {
-	switch (nc) {
-	case 8: CALL_P2(8); break;
-	case 7: CALL_P2(7); break;
-	case 6: CALL_P2(6); break;
-	case 5: CALL_P2(5); break;
-	case 4: CALL_P2(4); break;
-	case 3: CALL_P2(3); break;
-	case 2: CALL_P2(2); break;
-	default: CALL_P2(1); break;
-	}
+	OPS_COLS_SWITCH8(nc, CALL_P2)
 }

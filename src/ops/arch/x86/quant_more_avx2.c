@@ -14,27 +14,9 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "ops/arch/x86/quant_x86.h"
 #include "ops/arch/x86/x86.h"
 #include "util/simd_x86.h"
-
-static inline float f16(uint16_t h)
-{
-	return _cvtsh_ss(h);
-}
-
-static inline const void *row_at(const void *w, size_t ws, int r)
-{
-	return (const char *)w + (size_t)r * ws;
-}
-
-/* 16 bytes of nibbles -> 32 bytes 0..15: elements 0..15 (low nibbles), then
- * 16..31 (high nibbles). */
-static inline __m256i nibbles(const uint8_t *p)
-{
-	__m128i q = _mm_loadu_si128((const __m128i *)p);
-
-	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
-}
 
 /* The 32 bits of a little-endian uint32 at p as 32 bytes: 0x10 where bit e
  * is set (the 5th bit of element e), 0 elsewhere. */

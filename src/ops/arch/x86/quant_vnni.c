@@ -8,15 +8,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "ops/arch/x86/quant_x86.h"
 #include "ops/arch/x86/x86.h"
-
-static inline __m256i bcast4(const int8_t *p)
-{
-	int32_t v;
-
-	memcpy(&v, p, sizeof v);
-	return _mm256_set1_epi32(v);
-}
 
 /* Panels (ops_impl.h): q in 0..31 (u4, u5) or signed (s8, through |w| and y
  * with w's sign). */
@@ -148,21 +141,11 @@ static inline __attribute__((always_inline)) void q8_0_x8_cols_vnni(int64_t n, c
 		_mm256_storeu_ps(s + (size_t)c * ss, acc[c]);
 }
 
-/* Up to 8 activation rows at once: with AVX-512's 32 vector registers the
- * 8 accumulators stay in registers (measured: 8 columns +10% over 4). */
-#define COLS_DISPATCH(NAME, ARGS, CALL)                     \
-	void NAME ARGS                                      \
-	{                                                   \
-		switch (nc) {                               \
-		case 8: CALL(8); break;                     \
-		case 7: CALL(7); break;                     \
-		case 6: CALL(6); break;                     \
-		case 5: CALL(5); break;                     \
-		case 4: CALL(4); break;                     \
-		case 3: CALL(3); break;                     \
-		case 2: CALL(2); break;                     \
-		default: CALL(1); break;                    \
-		}                                           \
+/* Up to 8 activation rows at once (OPS_COLS_SWITCH8). */
+#define COLS_DISPATCH(NAME, ARGS, CALL) \
+	void NAME ARGS                  \
+	{                               \
+		OPS_COLS_SWITCH8(nc, CALL)  \
 	}
 
 #define PANEL_ARGS (int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)
