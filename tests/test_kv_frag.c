@@ -21,6 +21,7 @@
  * end everything is returned (pool and allocator at zero). The compaction
  * cost (slots and bytes moved, time) is printed. */
 #include "testutil.h"
+#include "testutil_kv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,11 +46,6 @@
 #define FRAG_MAX 0.05
 #define WARMUP_STEPS 100   /* before this the pool holds a few short sequences */
 
-static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
-{
-	return (size_t)((unsigned __int128)bytes * n_used / cap);
-}
-
 struct live {
 	struct kv_seq *s;
 	struct kv_cfg *c;
@@ -61,44 +57,11 @@ struct live {
  * each stream's counters against its own pages. */
 static void check_acct(struct kv_pool *pool, const struct live *lv, int n_live)
 {
-	struct kv_pool_stats ps;
-	size_t allocated = 0, used = 0, kv = 0, n_pages = 0, slots[KV_FMT_COUNT] = { 0 };
+	struct kv_seq *seqs[MAX_LIVE];
 
-	kv_pool_stats(pool, &ps);
-	for (int i = 0; i < n_live; i++) {
-		const struct kv_seq *s = lv[i].s;
-
-		for (uint32_t k = 0; k < s->n_layer * s->n_kv_head; k++) {
-			const struct kv_stream *st = &s->streams[k];
-			uint32_t n_tok = 0, hot_free = 0;
-			size_t skv = 0;
-
-			for (uint32_t p = 0; p < st->n_pages; p++) {
-				const struct kv_page *pg = st->pages[p];
-
-				assert_true(pg->n_used <= pg->cap);
-				assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
-				allocated += pg->bytes;
-				used += share(pg->bytes, pg->n_used, pg->cap);
-				kv += share(pg->kv_bytes, pg->n_used, pg->cap);
-				skv += share(pg->kv_bytes, pg->n_used, pg->cap);
-				slots[pg->fmt] += pg->n_used;
-				n_tok += pg->n_used;
-				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT)) /* f16, q8 when tight */
-					hot_free += pg->cap - pg->n_used;
-				n_pages++;
-			}
-			assert_int_equal(st->n_tokens, n_tok);
-			assert_int_equal(st->kv_bytes, skv);
-			assert_int_equal(st->hot_free, hot_free);
-		}
-	}
-	assert_int_equal(ps.allocated, allocated);
-	assert_int_equal(ps.used, used);
-	assert_int_equal(ps.kv_bytes, kv);
-	assert_int_equal(ps.n_pages, n_pages);
-	for (int f = 0; f < KV_FMT_COUNT; f++)
-		assert_int_equal(ps.fmt_slots[f], slots[f]);
+	for (int i = 0; i < n_live; i++)
+		seqs[i] = lv[i].s;
+	tu_kv_check_acct(pool, seqs, (size_t)n_live);
 }
 
 /* Appends n tokens of random keys and values to every stream (one random

@@ -14,6 +14,7 @@
  * --kv-mem for one and for three sequences, and the full cache stops at the
  * budget with a message. */
 #include "testutil.h"
+#include "testutil_kv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,72 +40,6 @@
  * renormalization), plus float rounding of the unskipped sums (1e-5 on
  * outputs of magnitude ~10). */
 #define TOL_SKIP_ROUND 1e-5
-
-/* ---- random numbers ---------------------------------------------------------- */
-
-/* ---- accounting recomputed from the pages --------------------------------------- */
-
-static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
-{
-	return (size_t)((unsigned __int128)bytes * n_used / cap);
-}
-
-/* The pool's counters equal the sums over the sequences' pages (and each
- * stream's n_tokens, hot_free and kv_bytes equal its pages'): allocated ==
- * sum over formats == sum of page bytes, used and kv_bytes exact. */
-static void check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n_seqs)
-{
-	size_t allocated = 0, used = 0, kvb = 0, n_pages = 0, sum_fmt = 0;
-	size_t fmt_bytes[KV_FMT_COUNT] = {0}, fmt_kv[KV_FMT_COUNT] = {0}, fmt_slots[KV_FMT_COUNT] = {0};
-	struct kv_pool_stats ps;
-
-	for (size_t i = 0; i < n_seqs; i++) {
-		const struct kv_seq *s = seqs[i];
-
-		for (size_t j = 0; j < (size_t)s->n_layer * s->n_kv_head; j++) {
-			const struct kv_stream *st = &s->streams[j];
-			uint32_t tokens = 0, hot_free = 0;
-			size_t st_kv = 0;
-
-			for (uint32_t p = 0; p < st->n_pages; p++) {
-				const struct kv_page *pg = st->pages[p];
-
-				assert_true(pg->n_used <= pg->cap);
-				assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
-				allocated += pg->bytes;
-				used += share(pg->bytes, pg->n_used, pg->cap);
-				kvb += share(pg->kv_bytes, pg->n_used, pg->cap);
-				n_pages++;
-				fmt_bytes[pg->fmt] += pg->bytes;
-				fmt_kv[pg->fmt] += share(pg->kv_bytes, pg->n_used, pg->cap);
-				fmt_slots[pg->fmt] += pg->n_used;
-				tokens += pg->n_used;
-				st_kv += share(pg->kv_bytes, pg->n_used, pg->cap); /* the filled share (seq.h) */
-				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT)) /* where new tokens go (seq.h) */
-					hot_free += pg->cap - pg->n_used;
-			}
-			if (st->n_tokens != tokens || st->hot_free != hot_free || st->kv_bytes != st_kv)
-				fail_msg("stream %zu: n_tokens %u hot_free %u kv_bytes %zu; its pages say %u %u %zu", j,
-					 st->n_tokens, st->hot_free, st->kv_bytes, tokens, hot_free, st_kv);
-			if (st->tail != KV_NO_PAGE)
-				assert_true(st->tail < st->n_pages && st->pages[st->tail]->fmt == st->hot_fmt);
-		}
-	}
-	kv_pool_stats(pool, &ps);
-	for (int f = 0; f < KV_FMT_COUNT; f++) {
-		sum_fmt += ps.fmt_bytes[f];
-		if (ps.fmt_bytes[f] != fmt_bytes[f] || ps.fmt_kv_bytes[f] != fmt_kv[f] || ps.fmt_slots[f] != fmt_slots[f])
-			fail_msg("%s: pool says %zu bytes, %zu kv, %zu slots; pages say %zu %zu %zu", kv_fmt_name(f),
-				 ps.fmt_bytes[f], ps.fmt_kv_bytes[f], ps.fmt_slots[f], fmt_bytes[f], fmt_kv[f],
-				 fmt_slots[f]);
-	}
-	if (ps.allocated != allocated || sum_fmt != allocated || ps.used != used || ps.kv_bytes != kvb ||
-	    ps.n_pages != n_pages)
-		fail_msg("pool: allocated %zu (formats %zu), used %zu, kv %zu, %zu pages; pages say %zu %zu %zu %zu",
-			 ps.allocated, sum_fmt, ps.used, ps.kv_bytes, ps.n_pages, allocated, used, kvb, n_pages);
-	if (ps.budget)
-		assert_true(ps.allocated <= ps.budget && ps.peak_allocated <= ps.budget);
-}
 
 /* ---- the synthetic harness --------------------------------------------------------- */
 
@@ -554,7 +489,7 @@ static void h_maintain(struct harness *h, struct snap *before, struct snap *afte
 		if (kv_policy_maintain(&h->c, h->s, &h->s->streams[i]) != TKV_OK)
 			fail_msg("maintain stream %u at %d failed", i, h->n_pos);
 	}
-	check_acct(h->pool, &h->s, 1);
+	tu_kv_check_acct(h->pool, &h->s, 1);
 	for (uint32_t i = 0; i < h->n_streams; i++) {
 		take_snap(h, i, &a[i]);
 		check_stream_after(h, i, &b[i], &a[i]);
@@ -898,45 +833,38 @@ static void window_extra(struct harness *h, uint32_t i, const struct snap *b, co
 			fail_msg("window stream %u at %d: kept %d but not the newer %d", i, h->n_pos, first_kept, pos);
 }
 
-static void test_window_keeps_recent(void **state)
+/* One ranking run per policy (the test's state): window keeps the most recent
+ * positions, h2o and snapkv the heavy hitters, tova the last query's
+ * attention, semantic what is near the centroid, streaming the hot slots;
+ * tiered and adaptive rank by attention per query and similarity, and tiers
+ * are handed out by rank, but a slot already stored lower stays lower. */
+struct ranking_case {
+	enum tkv_policy pol;
+	uint32_t d;
+	double frac;
+	uint64_t seed;
+	void (*extra)(struct harness *, uint32_t, const struct snap *, const struct snap *);
+};
+
+static void test_ranking(void **state)
 {
-	(void)state;
-	check_ranking_run(TKV_POLICY_WINDOW, 16, 0.3, 11, window_extra);
+	const struct ranking_case *rc = *state;
+
+	check_ranking_run(rc->pol, rc->d, rc->frac, rc->seed, rc->extra);
 }
 
-static void test_h2o_keeps_heavy_hitters(void **state)
-{
-	(void)state;
-	check_ranking_run(TKV_POLICY_H2O, 16, 0.3, 12, NULL);
-	check_ranking_run(TKV_POLICY_SNAPKV, 16, 0.3, 13, NULL);
-}
-
-static void test_tova_keeps_last_attention(void **state)
-{
-	(void)state;
-	check_ranking_run(TKV_POLICY_TOVA, 16, 0.3, 14, NULL);
-}
-
-static void test_semantic_keeps_near_centroid(void **state)
-{
-	(void)state;
-	check_ranking_run(TKV_POLICY_SEMANTIC, 32, 0.3, 15, NULL);
-}
-
-static void test_streaming_keeps_hot(void **state)
-{
-	(void)state;
-	check_ranking_run(TKV_POLICY_STREAMING, 16, 0.3, 16, NULL);
-}
-
-/* tiered and adaptive rank by attention per query and similarity; tiers are
- * handed out by rank, but a slot already stored lower stays lower */
-static void test_tiered_ranking(void **state)
-{
-	(void)state;
+static struct ranking_case RANKING[] = {
+	{ TKV_POLICY_WINDOW, 16, 0.3, 11, window_extra },
+	{ TKV_POLICY_H2O, 16, 0.3, 12, NULL },
+	{ TKV_POLICY_SNAPKV, 16, 0.3, 13, NULL },
+	{ TKV_POLICY_TOVA, 16, 0.3, 14, NULL },
+	{ TKV_POLICY_SEMANTIC, 32, 0.3, 15, NULL },
+	{ TKV_POLICY_STREAMING, 16, 0.3, 16, NULL },
 	/* 0.2: at 0.3 a tight stream's q8 hot tier leaves too few evictions */
-	check_ranking_run(TKV_POLICY_TIERED, 16, 0.2, 17, NULL);
-}
+	{ TKV_POLICY_TIERED, 16, 0.2, 17, NULL },
+};
+
+#define RANKING_TEST(name, k) { "test_" name, test_ranking, NULL, NULL, &RANKING[k] }
 
 /* h2o scores are the attention each slot received, summed over queries and
  * heads: checked against kv_attn's weights on a fresh stream. */
@@ -1239,7 +1167,7 @@ static void test_completion_merges(void **state)
 	assert_true(st->kv_bytes <= st->budget);
 	assert_true(st->merged > 0);
 	assert_true(st->evicted >= 1 && st->evicted <= 8);
-	check_acct(pool, &s, 1);
+	tu_kv_check_acct(pool, &s, 1);
 	for (uint32_t pg = 0; pg < st->n_pages; pg++)
 		for (uint32_t j = 0; j < st->pages[pg]->n_used; j++) {
 			int32_t pos = kv_slot_pos(st->pages[pg], j);
@@ -1603,7 +1531,7 @@ static void test_maintain_fault_sweep(void **state)
 			rc = kv_policy_maintain(&h.c, h.s, &h.s->streams[0]);
 			h.alloc.fail_at = 0;
 			take_snap(&h, 0, &a);
-			check_acct(h.pool, &h.s, 1);
+			tu_kv_check_acct(h.pool, &h.s, 1);
 			if (rc == TKV_OK) {
 				n_calls = atomic_load(&h.alloc.n_calls) - calls0;
 				clean = n_calls < N;
@@ -2113,12 +2041,13 @@ int main(void)
 		cmocka_unit_test(test_tight_q8),
 		cmocka_unit_test(test_determinism),
 		cmocka_unit_test(test_h2o_scores_accumulate),
-		cmocka_unit_test(test_window_keeps_recent),
-		cmocka_unit_test(test_h2o_keeps_heavy_hitters),
-		cmocka_unit_test(test_tova_keeps_last_attention),
-		cmocka_unit_test(test_semantic_keeps_near_centroid),
-		cmocka_unit_test(test_streaming_keeps_hot),
-		cmocka_unit_test(test_tiered_ranking),
+		RANKING_TEST("window_keeps_recent", 0),
+		RANKING_TEST("h2o_keeps_heavy_hitters", 1),
+		RANKING_TEST("snapkv_keeps_heavy_hitters", 2),
+		RANKING_TEST("tova_keeps_last_attention", 3),
+		RANKING_TEST("semantic_keeps_near_centroid", 4),
+		RANKING_TEST("streaming_keeps_hot", 5),
+		RANKING_TEST("tiered_ranking", 6),
 		cmocka_unit_test(test_tiered_shares),
 		cmocka_unit_test(test_tiered_ladder),
 		cmocka_unit_test(test_attn_threshold_under_budget),

@@ -41,34 +41,6 @@
 
 #define TEST_PI 3.14159265358979323846
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s)
-{
-	rng_state = s;
-}
-
-/* splitmix64: deterministic, good enough for test data. */
-static uint64_t rng_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint32_t rng_u32(void)
-{
-	return (uint32_t)(rng_u64() >> 32);
-}
-
-/* Uniform in [lo, hi). */
-static float rng_f(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
-}
-
 static float bits_f32(uint32_t b)
 {
 	float f;
@@ -281,14 +253,14 @@ static void test_f16_round_nearest_even(void **state)
 static void test_f16_random_vs_reference(void **state)
 {
 	(void)state;
-	rng_seed(1);
+	tu_rng_seed(1);
 	for (int i = 0; i < 300000; i++) {
 		/* half the draws in the f16 range, half over all float exponents */
-		uint32_t b = rng_u32();
+		uint32_t b = tu_rng_u32();
 		float f;
 
 		if (i & 1)
-			b = (b & 0x807fffffu) | ((uint32_t)(127 - 26 + (int)(rng_u32() % 44)) << 23);
+			b = (b & 0x807fffffu) | ((uint32_t)(127 - 26 + (int)(tu_rng_u32() % 44)) << 23);
 		f = bits_f32(b);
 		if (isnan(f))
 			continue;
@@ -429,7 +401,7 @@ static void make_row(uint32_t type, int n, void *row, double *ref)
 	case TKV_F32: {
 		float *w = row;
 		for (int i = 0; i < n; i++) {
-			w[i] = rng_f(-2.0f, 2.0f);
+			w[i] = tu_rng_f53(-2.0f, 2.0f);
 			ref[i] = w[i];
 		}
 		break;
@@ -438,7 +410,7 @@ static void make_row(uint32_t type, int n, void *row, double *ref)
 		uint16_t *h = row;
 		for (int i = 0; i < n; i++) {
 			do
-				h[i] = (uint16_t)rng_u32();
+				h[i] = (uint16_t)tu_rng_u32();
 			while ((h[i] & 0x7c00) == 0x7c00 || (h[i] & 0x7c00) > 0x5000); /* finite, |v| < 64 */
 			ref[i] = ref_f16(h[i]);
 		}
@@ -448,7 +420,7 @@ static void make_row(uint32_t type, int n, void *row, double *ref)
 		uint16_t *h = row;
 		for (int i = 0; i < n; i++) {
 			do
-				h[i] = (uint16_t)rng_u32();
+				h[i] = (uint16_t)tu_rng_u32();
 			while ((h[i] & 0x7f80) > 0x4200 || (h[i] & 0x7f80) < 0x3000); /* 2^-31 .. 2^5 */
 			ref[i] = ref_bf16(h[i]);
 		}
@@ -460,12 +432,12 @@ static void make_row(uint32_t type, int n, void *row, double *ref)
 			double d;
 
 			/* a positive normal f16 scale in [2^-12, 2^-4), as real weights use */
-			b[k].d = (uint16_t)((3 + rng_u32() % 8) << 10 | (rng_u32() & 0x3ff));
+			b[k].d = (uint16_t)((3 + tu_rng_u32() % 8) << 10 | (tu_rng_u32() & 0x3ff));
 			if (k == 1)
 				b[k].d |= 0x8000; /* a negative scale too */
 			d = ref_f16(b[k].d);
 			for (int j = 0; j < 32; j++) {
-				b[k].qs[j] = (int8_t)(int)(rng_u32() % 256 - 128);
+				b[k].qs[j] = (int8_t)(int)(tu_rng_u32() % 256 - 128);
 				ref[k * 32 + j] = d * b[k].qs[j];
 			}
 		}
@@ -545,7 +517,7 @@ static void test_dequant_exact(void **state)
 	float out[ROW_MAX + 1];
 
 	(void)state;
-	rng_seed(2);
+	tu_rng_seed(2);
 	for (size_t t = 0; t < sizeof row_types / sizeof row_types[0]; t++) {
 		for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
 			int n = sizes[si];
@@ -572,7 +544,7 @@ static void test_dot_vs_reference(void **state)
 	float x[ROW_MAX];
 
 	(void)state;
-	rng_seed(3);
+	tu_rng_seed(3);
 	for (size_t t = 0; t < sizeof row_types / sizeof row_types[0]; t++) {
 		for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
 			int n = sizes[si];
@@ -583,7 +555,7 @@ static void test_dot_vs_reference(void **state)
 
 				make_row(row_types[t], n, row, ref);
 				for (int i = 0; i < n; i++) {
-					x[i] = rng_f(-3.0f, 3.0f);
+					x[i] = tu_rng_f53(-3.0f, 3.0f);
 					want += ref[i] * x[i];
 					mag += fabs(ref[i] * x[i]);
 				}
@@ -608,7 +580,7 @@ static void test_matmul_equals_row_dots(void **state)
 	float x[NTOK][COLS], y[NTOK * ROWS + 1];
 
 	(void)state;
-	rng_seed(4);
+	tu_rng_seed(4);
 	for (size_t t = 0; t < sizeof row_types / sizeof row_types[0]; t++) {
 		uint32_t type = row_types[t];
 		size_t rb = tkv_dtype_row_size(type, COLS);
@@ -621,7 +593,7 @@ static void test_matmul_equals_row_dots(void **state)
 			make_row(type, COLS, packed + (size_t)r * rb, ref);
 		for (int i = 0; i < NTOK; i++)
 			for (int j = 0; j < COLS; j++)
-				x[i][j] = rng_f(-1.0f, 1.0f);
+				x[i][j] = tu_rng_f53(-1.0f, 1.0f);
 		y[NTOK * ROWS] = -7.0f;
 		ops_matmul(NULL, &m, &x[0][0], y, NTOK);
 		for (int i = 0; i < NTOK; i++)
@@ -655,14 +627,14 @@ static void test_rmsnorm(void **state)
 	float x[N], w[N], o[N], a[N];
 
 	(void)state;
-	rng_seed(5);
+	tu_rng_seed(5);
 	for (int rep = 0; rep < 20; rep++) {
 		double ss = 0.0, scale;
 		float eps = rep % 2 ? 1e-5f : 1e-6f;
 
 		for (int i = 0; i < N; i++) {
-			x[i] = rng_f(-4.0f, 4.0f);
-			w[i] = rng_f(0.5f, 1.5f);
+			x[i] = tu_rng_f53(-4.0f, 4.0f);
+			w[i] = tu_rng_f53(0.5f, 1.5f);
 			ss += (double)x[i] * x[i];
 		}
 		scale = 1.0 / sqrt(ss / N + eps);
@@ -727,12 +699,12 @@ static void test_softmax(void **state)
 	float x[128];
 
 	(void)state;
-	rng_seed(6);
+	tu_rng_seed(6);
 	for (int rep = 0; rep < 50; rep++) {
-		int n = 1 + (int)(rng_u32() % 128);
+		int n = 1 + (int)(tu_rng_u32() % 128);
 
 		for (int i = 0; i < n; i++)
-			x[i] = rng_f(-10.0f, 10.0f);
+			x[i] = tu_rng_f53(-10.0f, 10.0f);
 		check_softmax(x, n);
 	}
 	{
@@ -782,10 +754,10 @@ static void test_rope(void **state)
 	float x[NH * HD], y[NH * HD], f[NROT / 2];
 
 	(void)state;
-	rng_seed(7);
+	tu_rng_seed(7);
 	make_inv_freq(f, NROT, 10000.0);
 	for (int i = 0; i < NH * HD; i++)
-		x[i] = rng_f(-2.0f, 2.0f);
+		x[i] = tu_rng_f53(-2.0f, 2.0f);
 
 	/* position 0 is the identity, bit for bit */
 	memcpy(y, x, sizeof y);
@@ -833,8 +805,8 @@ static void test_rope(void **state)
 		double d1 = 0.0, d2 = 0.0, mag = 0.0;
 
 		for (int i = 0; i < HD; i++) {
-			q1[i] = q2[i] = rng_f(-1.0f, 1.0f);
-			k1[i] = k2[i] = rng_f(-1.0f, 1.0f);
+			q1[i] = q2[i] = tu_rng_f53(-1.0f, 1.0f);
+			k1[i] = k2[i] = tu_rng_f53(-1.0f, 1.0f);
 			mag += fabs(q1[i] * k1[i]);
 		}
 		ops_rope(q1, 1, HD, NROT, 17.0f, f);
@@ -855,10 +827,10 @@ static void test_swiglu(void **state)
 	float g[N], u[N], h[N];
 
 	(void)state;
-	rng_seed(8);
+	tu_rng_seed(8);
 	for (int i = 0; i < N; i++) {
-		g[i] = rng_f(-12.0f, 12.0f);
-		u[i] = rng_f(-3.0f, 3.0f);
+		g[i] = tu_rng_f53(-12.0f, 12.0f);
+		u[i] = tu_rng_f53(-3.0f, 3.0f);
 	}
 	ops_swiglu(h, g, u, N);
 	for (int i = 0; i < N; i++) {
@@ -886,6 +858,7 @@ static void test_swiglu(void **state)
 
 int main(void)
 {
+	tu_rng_seed(0); /* the state these tests' data was drawn from */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_f16_known_patterns),
 		cmocka_unit_test(test_f16_roundtrip_exhaustive),

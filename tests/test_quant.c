@@ -79,31 +79,10 @@ static const uint32_t types[] = { TKV_F32, TKV_F16, TKV_BF16, TKV_Q4_0, TKV_Q8_0
 
 #define N_MAX 4096
 
-static uint64_t rng_state;
-
-static uint64_t rng_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint32_t rng_u32(void)
-{
-	return (uint32_t)(rng_u64() >> 32);
-}
-
-static float rng_f(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
-}
-
 /* A positive normal f16 in [2^-12, 2^-4): the scales real weights use. */
 static uint16_t rand_scale(void)
 {
-	return (uint16_t)((3 + rng_u32() % 8) << 10 | (rng_u32() & 0x3ff));
+	return (uint16_t)((3 + tu_rng_u32() % 8) << 10 | (tu_rng_u32() & 0x3ff));
 }
 
 /* A random row of n elements of type: random bits for the quants, sane
@@ -114,19 +93,19 @@ static void make_row(uint32_t type, int64_t n, void *row)
 	unsigned char *p = row;
 
 	for (size_t i = 0; i < bytes; i++)
-		p[i] = (unsigned char)rng_u32();
+		p[i] = (unsigned char)tu_rng_u32();
 	switch (type) {
 	case TKV_F32:
 		for (int64_t i = 0; i < n; i++)
-			((float *)row)[i] = rng_f(-2.0f, 2.0f);
+			((float *)row)[i] = tu_rng_f53(-2.0f, 2.0f);
 		break;
 	case TKV_F16:
 		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)row)[i] = ops_f32_to_f16(rng_f(-2.0f, 2.0f));
+			((uint16_t *)row)[i] = ops_f32_to_f16(tu_rng_f53(-2.0f, 2.0f));
 		break;
 	case TKV_BF16:
 		for (int64_t i = 0; i < n; i++)
-			((uint16_t *)row)[i] = ops_f32_to_bf16(rng_f(-2.0f, 2.0f));
+			((uint16_t *)row)[i] = ops_f32_to_bf16(tu_rng_f53(-2.0f, 2.0f));
 		break;
 	case TKV_Q4_0:
 		for (int64_t i = 0; i < n / QK4_0; i++)
@@ -194,7 +173,7 @@ static void make_row(uint32_t type, int64_t n, void *row)
 static void make_x(float *x, int64_t n, int pattern)
 {
 	for (int64_t i = 0; i < n; i++)
-		x[i] = rng_f(-3.0f, 3.0f);
+		x[i] = tu_rng_f53(-3.0f, 3.0f);
 	if (pattern == 1) /* a block of zeros and a block with one outlier */
 		for (int i = 0; i < 32; i++) {
 			x[i] = 0.0f;
@@ -325,7 +304,7 @@ static void test_dequant_simd_vs_ref(void **state)
 	static float want[N_MAX], got[N_MAX + 1];
 
 	(void)state;
-	rng_state = 11;
+	tu_rng_seed(11);
 	for (size_t t = 0; t < N_TYPES; t++) {
 		const struct ops_type_kernels *k = ops_kernels(types[t]);
 
@@ -351,7 +330,7 @@ static void test_act_quant_simd_vs_ref(void **state)
 	const struct ops_act_kernels *ak = ops_act_kernels();
 
 	(void)state;
-	rng_state = 12;
+	tu_rng_seed(12);
 	for (uint32_t act = OPS_ACT_Q8_32; act < OPS_ACT_COUNT; act++)
 		for (int rep = 0; rep < 40; rep++) {
 			int64_t n = rep % 2 ? 256 : N_MAX;
@@ -395,7 +374,7 @@ static void test_dot_simd_vs_ref(void **state)
 	static float x[N_MAX], xv[N_MAX], wv[N_MAX];
 
 	(void)state;
-	rng_state = 13;
+	tu_rng_seed(13);
 	for (size_t t = 0; t < N_TYPES; t++) {
 		uint32_t type = types[t];
 		const struct ops_type_kernels *k = ops_kernels(type);
@@ -458,13 +437,13 @@ static void test_quantize_round_trip(void **state)
 	static unsigned char q[1024 * 4];
 
 	(void)state;
-	rng_state = 14;
+	tu_rng_seed(14);
 	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
 		uint32_t blk = tkv_dtype_traits(cases[c].type)->blck;
 
 		for (int rep = 0; rep < 10; rep++) {
 			for (int i = 0; i < 1024; i++)
-				x[i] = rng_f(-0.05f, 0.05f) + (rep % 2 ? 0.02f : 0.0f);
+				x[i] = tu_rng_f53(-0.05f, 0.05f) + (rep % 2 ? 0.02f : 0.0f);
 			assert_int_equal(ops_quantize_row(cases[c].type, x, q, 1024), 0);
 			ops_dequant_row(cases[c].type, q, back, 1024);
 			for (uint32_t b0 = 0; b0 < 1024; b0 += blk < 32 ? 32 : blk) {
@@ -504,7 +483,7 @@ static void test_panels(void **state)
 	float s_ref[OPS_PANEL_COLS * OPS_PANEL_ROWS], s_simd[OPS_PANEL_COLS * OPS_PANEL_ROWS];
 
 	(void)state;
-	rng_state = 16;
+	tu_rng_seed(16);
 	for (size_t t = 0; t < N_TYPES; t++) {
 		uint32_t type = types[t];
 		const struct ops_type_kernels *k = ops_kernels(type);
@@ -578,7 +557,7 @@ static void test_matmul_threads(void **state)
 	(void)state;
 	assert_non_null(work);
 	assert_int_equal(tpool_init(&tp, 2, NULL, &err), TKV_OK);
-	rng_state = 15;
+	tu_rng_seed(15);
 	for (size_t t = 0; t < N_TYPES; t++) {
 		uint32_t type = types[t];
 		size_t rb = tkv_dtype_row_size(type, COLS);
@@ -665,7 +644,7 @@ static void test_interleaved(void **state)
 	(void)state;
 	assert_non_null(work);
 	assert_int_equal(tpool_init(&tp, 2, NULL, &err), TKV_OK);
-	rng_state = 17;
+	tu_rng_seed(17);
 	for (size_t t = 0; t < sizeof x8_types / sizeof x8_types[0]; t++) {
 		uint32_t type = x8_types[t];
 		const struct ops_type_kernels *k = ops_kernels(type);
@@ -798,7 +777,7 @@ static void test_avx512_kernels(void **state)
 		static float x[N_MAX], xv[N_MAX], wv[N_MAX];
 		int runs = 0;
 
-		rng_state = 18;
+		tu_rng_seed(18);
 		for (size_t t = 0; t < sizeof dots / sizeof dots[0]; t++)
 			for (int rep = 0; rep < 32; rep++) {
 				int64_t n = rep % 2 ? QK_K * (1 + rep % 16) : N_MAX;
@@ -900,6 +879,7 @@ static void test_avx512_kernels(void **state)
 
 int main(void)
 {
+	tu_rng_seed(0); /* the state these tests' data was drawn from */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_block_sizes),
 		cmocka_unit_test(test_known_blocks),

@@ -204,41 +204,13 @@ static void run_vocab_cases(const char *name)
 	assert_int_equal(n_ok, n_case);
 }
 
-static void test_vocab_llama_spm(void **state)
+/* One test per vocabulary fixture: the file is the test's state. */
+static void test_vocab(void **state)
 {
-	(void)state;
-	run_vocab_cases("ggml-vocab-llama-spm.gguf");
+	run_vocab_cases(*state);
 }
 
-static void test_vocab_llama_bpe(void **state)
-{
-	(void)state;
-	run_vocab_cases("ggml-vocab-llama-bpe.gguf");
-}
-
-static void test_vocab_qwen2(void **state)
-{
-	(void)state;
-	run_vocab_cases("ggml-vocab-qwen2.gguf");
-}
-
-static void test_vocab_phi3(void **state)
-{
-	(void)state;
-	run_vocab_cases("ggml-vocab-phi-3.gguf");
-}
-
-static void test_vocab_gemma4(void **state)
-{
-	(void)state;
-	run_vocab_cases("ggml-vocab-gemma-4.gguf");
-}
-
-static void test_vocab_qwen35(void **state)
-{
-	(void)state;
-	run_vocab_cases("ggml-vocab-qwen35.gguf");
-}
+#define VOCAB_TEST(name, file) { "test_vocab_" name, test_vocab, NULL, NULL, (void *)(file) }
 
 /* ---- stories260K ----------------------------------------------------------- */
 
@@ -881,12 +853,12 @@ static void test_bad_metadata(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_vocab_llama_spm),
-		cmocka_unit_test(test_vocab_llama_bpe),
-		cmocka_unit_test(test_vocab_qwen2),
-		cmocka_unit_test(test_vocab_phi3),
-		cmocka_unit_test(test_vocab_gemma4),
-		cmocka_unit_test(test_vocab_qwen35),
+		VOCAB_TEST("llama_spm", "ggml-vocab-llama-spm.gguf"),
+		VOCAB_TEST("llama_bpe", "ggml-vocab-llama-bpe.gguf"),
+		VOCAB_TEST("qwen2", "ggml-vocab-qwen2.gguf"),
+		VOCAB_TEST("phi3", "ggml-vocab-phi-3.gguf"),
+		VOCAB_TEST("gemma4", "ggml-vocab-gemma-4.gguf"),
+		VOCAB_TEST("qwen35", "ggml-vocab-qwen35.gguf"),
 		cmocka_unit_test(test_stories_once_upon),
 		cmocka_unit_test(test_roundtrip_spm),
 		cmocka_unit_test(test_roundtrip_llama_bpe),

@@ -64,18 +64,28 @@ void tu_rng_seed(uint64_t seed)
 	rng_state = seed;
 }
 
-uint32_t tu_rng_u32(void)
+uint64_t tu_rng_u64(void)
 {
 	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
 
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)((z ^ (z >> 31)) >> 32);
+	return z ^ (z >> 31);
+}
+
+uint32_t tu_rng_u32(void)
+{
+	return (uint32_t)(tu_rng_u64() >> 32);
 }
 
 float tu_rng_f(float lo, float hi)
 {
 	return lo + (hi - lo) * (float)((double)tu_rng_u32() / 4294967296.0);
+}
+
+float tu_rng_f53(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((double)(tu_rng_u64() >> 11) / 9007199254740992.0);
 }
 
 float tu_rng_gauss(void)

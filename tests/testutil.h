@@ -21,12 +21,15 @@ const char *tu_vocab_path(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. */
 char *tu_read_file(const char *path, size_t *len);
 
-/* A deterministic generator (splitmix64) for test data: seed, 32 random
- * bits, a float uniform in [lo, hi). One state per test program, seeded
- * 0x5eed1234 until tu_rng_seed. */
+/* A deterministic generator (splitmix64) for test data: seed, 64 random
+ * bits, their top 32, a float uniform in [lo, hi) from 32 bits (tu_rng_f)
+ * or from 53 (tu_rng_f53). One state per test program, seeded 0x5eed1234
+ * until tu_rng_seed. */
 void tu_rng_seed(uint64_t seed);
+uint64_t tu_rng_u64(void);
 uint32_t tu_rng_u32(void);
 float tu_rng_f(float lo, float hi);
+float tu_rng_f53(float lo, float hi);
 /* A standard normal draw (Box-Muller over two tu_rng_u32). */
 float tu_rng_gauss(void);
 

@@ -68,3 +68,65 @@ struct kv_page *tu_kv_add_page(struct kv_seq *s, struct kv_stream *st, uint32_t 
 	kv_stream_set_used(s, st, pg, n);
 	return pg;
 }
+
+static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
+{
+	return (size_t)((unsigned __int128)bytes * n_used / cap);
+}
+
+/* The pool's counters equal the sums over the sequences' pages (and each
+ * stream's n_tokens, hot_free and kv_bytes equal its pages'): allocated ==
+ * sum over formats == sum of page bytes, used and kv_bytes exact. */
+void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n_seqs)
+{
+	size_t allocated = 0, used = 0, kvb = 0, n_pages = 0, sum_fmt = 0;
+	size_t fmt_bytes[KV_FMT_COUNT] = {0}, fmt_kv[KV_FMT_COUNT] = {0}, fmt_slots[KV_FMT_COUNT] = {0};
+	struct kv_pool_stats ps;
+
+	for (size_t i = 0; i < n_seqs; i++) {
+		const struct kv_seq *s = seqs[i];
+
+		for (size_t j = 0; j < (size_t)s->n_layer * s->n_kv_head; j++) {
+			const struct kv_stream *st = &s->streams[j];
+			uint32_t tokens = 0, hot_free = 0;
+			size_t st_kv = 0;
+
+			for (uint32_t p = 0; p < st->n_pages; p++) {
+				const struct kv_page *pg = st->pages[p];
+
+				assert_true(pg->n_used <= pg->cap);
+				assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
+				allocated += pg->bytes;
+				used += share(pg->bytes, pg->n_used, pg->cap);
+				kvb += share(pg->kv_bytes, pg->n_used, pg->cap);
+				n_pages++;
+				fmt_bytes[pg->fmt] += pg->bytes;
+				fmt_kv[pg->fmt] += share(pg->kv_bytes, pg->n_used, pg->cap);
+				fmt_slots[pg->fmt] += pg->n_used;
+				tokens += pg->n_used;
+				st_kv += share(pg->kv_bytes, pg->n_used, pg->cap); /* the filled share (seq.h) */
+				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT)) /* where new tokens go (seq.h) */
+					hot_free += pg->cap - pg->n_used;
+			}
+			if (st->n_tokens != tokens || st->hot_free != hot_free || st->kv_bytes != st_kv)
+				fail_msg("stream %zu: n_tokens %u hot_free %u kv_bytes %zu; its pages say %u %u %zu", j,
+					 st->n_tokens, st->hot_free, st->kv_bytes, tokens, hot_free, st_kv);
+			if (st->tail != KV_NO_PAGE)
+				assert_true(st->tail < st->n_pages && st->pages[st->tail]->fmt == st->hot_fmt);
+		}
+	}
+	kv_pool_stats(pool, &ps);
+	for (int f = 0; f < KV_FMT_COUNT; f++) {
+		sum_fmt += ps.fmt_bytes[f];
+		if (ps.fmt_bytes[f] != fmt_bytes[f] || ps.fmt_kv_bytes[f] != fmt_kv[f] || ps.fmt_slots[f] != fmt_slots[f])
+			fail_msg("%s: pool says %zu bytes, %zu kv, %zu slots; pages say %zu %zu %zu", kv_fmt_name(f),
+				 ps.fmt_bytes[f], ps.fmt_kv_bytes[f], ps.fmt_slots[f], fmt_bytes[f], fmt_kv[f],
+				 fmt_slots[f]);
+	}
+	if (ps.allocated != allocated || sum_fmt != allocated || ps.used != used || ps.kv_bytes != kvb ||
+	    ps.n_pages != n_pages)
+		fail_msg("pool: allocated %zu (formats %zu), used %zu, kv %zu, %zu pages; pages say %zu %zu %zu %zu",
+			 ps.allocated, sum_fmt, ps.used, ps.kv_bytes, ps.n_pages, allocated, used, kvb, n_pages);
+	if (ps.budget)
+		assert_true(ps.allocated <= ps.budget && ps.peak_allocated <= ps.budget);
+}

@@ -1,5 +1,6 @@
-/* testutil_kv.h - KV cache fixtures shared by the kv tests (test_kv_pool.c,
- * test_kv_attn.c); each fails the running cmocka test on error. */
+/* testutil_kv.h - KV cache fixtures and checks shared by the kv tests
+ * (test_kv_pool.c, test_kv_attn.c, test_kv_policy.c, test_kv_frag.c); each
+ * fails the running cmocka test on error. */
 #ifndef TKV_TESTUTIL_KV_H
 #define TKV_TESTUTIL_KV_H
 
@@ -22,5 +23,10 @@ struct kv_seq *tu_kv_seq(struct kv_pool *pool, uint32_t n_layer, uint32_t n_kv_h
  * page; NULL (with *why) when the pool refuses it. */
 struct kv_page *tu_kv_add_page(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t cap, int rot,
 			       const float *K, const float *V, const int32_t *pos, uint32_t n, int *why);
+/* The pool's counters equal the sums over the sequences' pages (and each
+ * stream's n_tokens, hot_free and kv_bytes equal its pages'): allocated ==
+ * sum over formats == sum of page bytes, used and kv_bytes exact; the
+ * stream's tail page is in its hot format; within the budget, if any. */
+void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n_seqs);
 
 #endif
