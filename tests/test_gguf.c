@@ -66,82 +66,73 @@ static void expect_fail(const void *buf, size_t len, int rc, const char *frag1, 
 		assert_non_null(strstr(err.msg, frag2));
 }
 
-/* A raw byte builder for hand-made (and malformed) files. */
-struct tb {
-	uint8_t *p;
-	size_t len, cap;
-};
-
-static void tb_put(struct tb *b, const void *p, size_t n)
+static void tb_header(struct tu_buf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv)
 {
-	if (b->len + n > b->cap) {
-		b->cap = (b->len + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		assert_non_null(b->p);
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
+	tu_put_u32(b, GGUF_MAGIC);
+	tu_put_u32(b, version);
+	tu_put_u64(b, n_tensors);
+	tu_put_u64(b, n_kv);
 }
 
-static void tb_u8(struct tb *b, uint8_t v) { tb_put(b, &v, 1); }
-static void tb_u32(struct tb *b, uint32_t v) { tb_put(b, &v, 4); }
-static void tb_u64(struct tb *b, uint64_t v) { tb_put(b, &v, 8); }
-
-static void tb_str(struct tb *b, const char *s)
+static void tb_kv_u32(struct tu_buf *b, const char *key, uint32_t v)
 {
-	tb_u64(b, strlen(s));
-	tb_put(b, s, strlen(s));
+	tu_put_str(b, key);
+	tu_put_u32(b, GGUF_TYPE_UINT32);
+	tu_put_u32(b, v);
 }
 
-static void tb_header(struct tb *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv)
+static void tb_kv_str(struct tu_buf *b, const char *key, const char *v)
 {
-	tb_u32(b, GGUF_MAGIC);
-	tb_u32(b, version);
-	tb_u64(b, n_tensors);
-	tb_u64(b, n_kv);
+	tu_put_str(b, key);
+	tu_put_u32(b, GGUF_TYPE_STRING);
+	tu_put_str(b, v);
 }
 
-static void tb_kv_u32(struct tb *b, const char *key, uint32_t v)
+/* Restarts b as a file of one key and no tensors, up to the key's value
+ * type; the caller writes the value. */
+static void tb_restart_kv(struct tu_buf *b, const char *key, uint32_t type)
 {
-	tb_str(b, key);
-	tb_u32(b, GGUF_TYPE_UINT32);
-	tb_u32(b, v);
+	b->len = 0;
+	tb_header(b, 3, 0, 1);
+	tu_put_str(b, key);
+	tu_put_u32(b, type);
 }
 
-static void tb_kv_str(struct tb *b, const char *key, const char *v)
+/* ... of one array "arr" of n elements of type elem, up to the elements. */
+static void tb_restart_array(struct tu_buf *b, uint32_t elem, uint64_t n)
 {
-	tb_str(b, key);
-	tb_u32(b, GGUF_TYPE_STRING);
-	tb_str(b, v);
+	tb_restart_kv(b, "arr", GGUF_TYPE_ARRAY);
+	tu_put_u32(b, elem);
+	tu_put_u64(b, n);
 }
 
-static void tb_tinfo(struct tb *b, const char *name, uint32_t n_dims, const uint64_t *ne,
+static void tb_tinfo(struct tu_buf *b, const char *name, uint32_t n_dims, const uint64_t *ne,
 		     uint32_t type, uint64_t offset)
 {
 	uint32_t i;
 
-	tb_str(b, name);
-	tb_u32(b, n_dims);
+	tu_put_str(b, name);
+	tu_put_u32(b, n_dims);
 	for (i = 0; i < n_dims; i++)
-		tb_u64(b, ne[i]);
-	tb_u32(b, type);
-	tb_u64(b, offset);
+		tu_put_u64(b, ne[i]);
+	tu_put_u32(b, type);
+	tu_put_u64(b, offset);
 }
 
-static void tb_align(struct tb *b, size_t a)
+static void tb_align(struct tu_buf *b, size_t a)
 {
 	while (b->len % a)
-		tb_u8(b, 0);
+		tu_put_u8(b, 0);
 }
 
-static void tb_zeros(struct tb *b, size_t n)
+static void tb_zeros(struct tu_buf *b, size_t n)
 {
 	while (n--)
-		tb_u8(b, 0);
+		tu_put_u8(b, 0);
 }
 
 /* Two f32 tensors "a" [8] and "b" [8] with the given infos and data bytes. */
-static void tb_two_tensors(struct tb *b, uint64_t off_a, uint64_t off_b, size_t data_bytes)
+static void tb_two_tensors(struct tu_buf *b, uint64_t off_a, uint64_t off_b, size_t data_bytes)
 {
 	const uint64_t ne[1] = {8};
 
@@ -746,7 +737,7 @@ static void test_truncate_stories(void **state)
 
 static void test_bad_header(void **state)
 {
-	struct tb b = {0};
+	struct tu_buf b = {0};
 	uint8_t be[24];
 
 	(void)state;
@@ -788,7 +779,7 @@ static void test_bad_header(void **state)
 static void test_bad_counts(void **state)
 {
 	static const uint64_t huge[] = {UINT64_MAX, UINT64_MAX / 13 + 1, 1ull << 60, 1ull << 32, 100};
-	struct tb b = {0};
+	struct tu_buf b = {0};
 	size_t i;
 
 	(void)state;
@@ -819,7 +810,7 @@ static void test_bad_counts(void **state)
 static void test_bad_strings(void **state)
 {
 	static const uint64_t lens[] = {UINT64_MAX, UINT64_MAX - 7, 1ull << 63, 1000};
-	struct tb b = {0};
+	struct tu_buf b = {0};
 	size_t i;
 
 	(void)state;
@@ -827,23 +818,20 @@ static void test_bad_strings(void **state)
 		/* key length */
 		b.len = 0;
 		tb_header(&b, 3, 0, 1);
-		tb_u64(&b, lens[i]);
-		tb_put(&b, "key", 3);
-		tb_u32(&b, GGUF_TYPE_UINT8);
-		tb_u8(&b, 1);
+		tu_put_u64(&b, lens[i]);
+		tu_put(&b, "key", 3);
+		tu_put_u32(&b, GGUF_TYPE_UINT8);
+		tu_put_u8(&b, 1);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "key at 0x18", "exceeds");
 		/* string value length */
-		b.len = 0;
-		tb_header(&b, 3, 0, 1);
-		tb_str(&b, "key");
-		tb_u32(&b, GGUF_TYPE_STRING);
-		tb_u64(&b, lens[i]);
-		tb_put(&b, "value", 5);
+		tb_restart_kv(&b, "key", GGUF_TYPE_STRING);
+		tu_put_u64(&b, lens[i]);
+		tu_put(&b, "value", 5);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "kv #0 'key' at 0x18", "string value");
 		/* tensor name length */
 		b.len = 0;
 		tb_header(&b, 3, 1, 0);
-		tb_u64(&b, lens[i]);
+		tu_put_u64(&b, lens[i]);
 		tb_zeros(&b, 40);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "tensor #0", "name");
 	}
@@ -868,54 +856,34 @@ static void test_bad_arrays(void **state)
 		{GGUF_TYPE_STRING, 1ull << 40},
 		{GGUF_TYPE_STRING, 2},
 	};
-	struct tb b = {0};
+	struct tu_buf b = {0};
 	size_t i;
 
 	(void)state;
 	for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		b.len = 0;
-		tb_header(&b, 3, 0, 1);
-		tb_str(&b, "arr");
-		tb_u32(&b, GGUF_TYPE_ARRAY);
-		tb_u32(&b, cases[i].type);
-		tb_u64(&b, cases[i].n);
+		tb_restart_array(&b, cases[i].type, cases[i].n);
 		tb_zeros(&b, 8);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "kv #0 'arr'", "array of");
 	}
 	/* a string array whose second element runs past the end */
-	b.len = 0;
-	tb_header(&b, 3, 0, 1);
-	tb_str(&b, "arr");
-	tb_u32(&b, GGUF_TYPE_ARRAY);
-	tb_u32(&b, GGUF_TYPE_STRING);
-	tb_u64(&b, 2);
-	tb_str(&b, "ok");
-	tb_u64(&b, 100);
-	tb_put(&b, "short", 5);
+	tb_restart_array(&b, GGUF_TYPE_STRING, 2);
+	tu_put_str(&b, "ok");
+	tu_put_u64(&b, 100);
+	tu_put(&b, "short", 5);
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "string element 1", "exceeds");
 	/* arrays of arrays, unknown element types */
-	b.len = 0;
-	tb_header(&b, 3, 0, 1);
-	tb_str(&b, "arr");
-	tb_u32(&b, GGUF_TYPE_ARRAY);
-	tb_u32(&b, GGUF_TYPE_ARRAY);
-	tb_u64(&b, 1);
-	tb_u32(&b, GGUF_TYPE_UINT8);
-	tb_u64(&b, 1);
-	tb_u8(&b, 0);
+	tb_restart_array(&b, GGUF_TYPE_ARRAY, 1);
+	tu_put_u32(&b, GGUF_TYPE_UINT8);
+	tu_put_u64(&b, 1);
+	tu_put_u8(&b, 0);
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "array of arrays", NULL);
 	b.p[b.len - 21 - 4] = 13;
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "unknown array element type 13", NULL);
 	/* bool array element 2 */
-	b.len = 0;
-	tb_header(&b, 3, 0, 1);
-	tb_str(&b, "arr");
-	tb_u32(&b, GGUF_TYPE_ARRAY);
-	tb_u32(&b, GGUF_TYPE_BOOL);
-	tb_u64(&b, 3);
-	tb_u8(&b, 1);
-	tb_u8(&b, 0);
-	tb_u8(&b, 2);
+	tb_restart_array(&b, GGUF_TYPE_BOOL, 3);
+	tu_put_u8(&b, 1);
+	tu_put_u8(&b, 0);
+	tu_put_u8(&b, 2);
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "bool element 2", "not 0 or 1");
 	free(b.p);
 }
@@ -923,34 +891,25 @@ static void test_bad_arrays(void **state)
 static void test_bad_values(void **state)
 {
 	static const uint32_t types[] = {13, 255, 0xffffffffu};
-	struct tb b = {0};
+	struct tu_buf b = {0};
 	size_t i;
 
 	(void)state;
 	for (i = 0; i < 3; i++) {
-		b.len = 0;
-		tb_header(&b, 3, 0, 1);
-		tb_str(&b, "k");
-		tb_u32(&b, types[i]);
-		tb_u64(&b, 0);
+		tb_restart_kv(&b, "k", types[i]);
+		tu_put_u64(&b, 0);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "unknown value type", "at 0x21");
 	}
-	b.len = 0;
-	tb_header(&b, 3, 0, 1);
-	tb_str(&b, "k");
-	tb_u32(&b, GGUF_TYPE_BOOL);
-	tb_u8(&b, 2);
+	tb_restart_kv(&b, "k", GGUF_TYPE_BOOL);
+	tu_put_u8(&b, 2);
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "bool value 2", "0x25");
 	/* each scalar cut short */
 	for (i = 0; i < GGUF_TYPE_COUNT; i++) {
 		if (i == GGUF_TYPE_STRING || i == GGUF_TYPE_ARRAY || i == GGUF_TYPE_UINT8 ||
 		    i == GGUF_TYPE_INT8 || i == GGUF_TYPE_BOOL)
 			continue;
-		b.len = 0;
-		tb_header(&b, 3, 0, 1);
-		tb_str(&b, "k");
-		tb_u32(&b, (uint32_t)i);
-		tb_u8(&b, 0);
+		tb_restart_kv(&b, "k", (uint32_t)i);
+		tu_put_u8(&b, 0);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "truncated", "value");
 	}
 	/* duplicate keys */
@@ -966,7 +925,7 @@ static void test_bad_values(void **state)
 static void test_bad_alignment(void **state)
 {
 	static const uint32_t bad[] = {0, 3, 48, 0x80000001u, 0xffffffffu};
-	struct tb b = {0};
+	struct tu_buf b = {0};
 	size_t i;
 
 	(void)state;
@@ -976,11 +935,8 @@ static void test_bad_alignment(void **state)
 		tb_kv_u32(&b, "general.alignment", bad[i]);
 		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "general.alignment", "not a power of two");
 	}
-	b.len = 0;
-	tb_header(&b, 3, 0, 1);
-	tb_str(&b, "general.alignment");
-	tb_u32(&b, GGUF_TYPE_UINT64);
-	tb_u64(&b, 32);
+	tb_restart_kv(&b, "general.alignment", GGUF_TYPE_UINT64);
+	tu_put_u64(&b, 32);
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "general.alignment", "expected uint32");
 	/* a large valid alignment: the data section starts at 0x10000 */
 	b.len = 0;
@@ -1004,11 +960,23 @@ static void test_bad_alignment(void **state)
 	free(b.p);
 }
 
+/* A file of one tensor (no metadata, 64 zero bytes of data) that must be
+ * refused as malformed, with frag1 (and frag2) in the message. */
+static void expect_bad_tensor(struct tu_buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+			      const char *frag1, const char *frag2)
+{
+	b->len = 0;
+	tb_header(b, 3, 1, 0);
+	tb_tinfo(b, name, n_dims, ne, type, 0);
+	tb_zeros(b, 64);
+	expect_fail(b->p, b->len, TKV_ERR_FORMAT, frag1, frag2);
+}
+
 static void test_bad_tensors(void **state)
 {
 	const uint64_t ne8[] = {8}, ne0[] = {0}, ne_big[] = {1ull << 32, 1ull << 32},
 		       ne_i64[] = {1ull << 63}, ne33[] = {33}, ne4[] = {1, 1, 1, 1, 1};
-	struct tb b = {0};
+	struct tu_buf b = {0};
 
 	(void)state;
 	/* valid baseline */
@@ -1052,69 +1020,25 @@ static void test_bad_tensors(void **state)
 	tb_zeros(&b, 64);
 	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "tensor 'w' (#1)", "duplicate name");
 	/* n_dims 0 and 5 */
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 0, ne8, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "n_dims 0", "tensor 'w' (#0)");
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 5, ne4, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "n_dims 5", NULL);
+	expect_bad_tensor(&b, "w", 0, ne8, TKV_F32, "n_dims 0", "tensor 'w' (#0)");
+	expect_bad_tensor(&b, "w", 5, ne4, TKV_F32, "n_dims 5", NULL);
 	/* ne = 0, element count overflow, ne > INT64_MAX */
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 1, ne0, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "ne[0] = 0", NULL);
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 2, ne_big, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "overflows", "ne[1]");
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 1, ne_i64, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "out of range", NULL);
+	expect_bad_tensor(&b, "w", 1, ne0, TKV_F32, "ne[0] = 0", NULL);
+	expect_bad_tensor(&b, "w", 2, ne_big, TKV_F32, "overflows", "ne[1]");
+	expect_bad_tensor(&b, "w", 1, ne_i64, TKV_F32, "out of range", NULL);
 	/* huge but in-range element count: the extent check catches it */
-	b.len = 0;
 	{
 		const uint64_t ne[] = {1ull << 31, 1ull << 31};
 
-		tb_header(&b, 3, 1, 0);
-		tb_tinfo(&b, "w", 2, ne, TKV_Q4_K, 0);
-		tb_zeros(&b, 64);
-		expect_fail(b.p, b.len, TKV_ERR_FORMAT, "past end of file", NULL);
+		expect_bad_tensor(&b, "w", 2, ne, TKV_Q4_K, "past end of file", NULL);
 	}
 	/* unknown type, block multiple */
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 1, ne8, 4, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "unknown tensor type 4", NULL);
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 1, ne8, 1000, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "unknown tensor type 1000", NULL);
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "w", 1, ne33, TKV_Q8_0, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "not a multiple of the q8_0 block size 32", NULL);
+	expect_bad_tensor(&b, "w", 1, ne8, 4, "unknown tensor type 4", NULL);
+	expect_bad_tensor(&b, "w", 1, ne8, 1000, "unknown tensor type 1000", NULL);
+	expect_bad_tensor(&b, "w", 1, ne33, TKV_Q8_0, "not a multiple of the q8_0 block size 32", NULL);
 	/* empty tensor name; names with odd bytes are quoted safely */
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "", 1, ne8, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "empty name", NULL);
-	b.len = 0;
-	tb_header(&b, 3, 1, 0);
-	tb_tinfo(&b, "bad\n\x01name", 1, ne0, TKV_F32, 0);
-	tb_zeros(&b, 64);
-	expect_fail(b.p, b.len, TKV_ERR_FORMAT, "tensor 'bad??name'", NULL);
+	expect_bad_tensor(&b, "", 1, ne8, TKV_F32, "empty name", NULL);
+	expect_bad_tensor(&b, "bad\n\x01name", 1, ne0, TKV_F32, "tensor 'bad??name'", NULL);
 	free(b.p);
 }
 

@@ -858,7 +858,6 @@ static void test_swiglu(void **state)
 
 int main(void)
 {
-	tu_rng_seed(0); /* the state these tests' data was drawn from */
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_f16_known_patterns),
 		cmocka_unit_test(test_f16_roundtrip_exhaustive),

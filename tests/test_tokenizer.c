@@ -705,40 +705,39 @@ static void test_alloc_fail_encode(void **state)
 
 /* ---- bad metadata --------------------------------------------------------------- */
 
-/* Minimal GGUF v3 writer for a few string / string-array / int-array keys. */
-struct gbuf {
-	unsigned char *p;
-	size_t n, cap;
-};
-
-static void gput(struct gbuf *b, const void *src, size_t n)
+/* Restarts b as a GGUF v3 file of n_kv keys and no tensors, the first
+ * tokenizer.ggml.model = model. */
+static void gput_start(struct tu_buf *b, uint64_t n_kv, const char *model)
 {
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		assert_non_null(b->p);
-	}
-	memcpy(b->p + b->n, src, n);
-	b->n += n;
+	b->len = 0;
+	tu_put_u32(b, 0x46554747u);
+	tu_put_u32(b, 3);
+	tu_put_u64(b, 0);
+	tu_put_u64(b, n_kv);
+	tu_put_str(b, "tokenizer.ggml.model");
+	tu_put_u32(b, 8);
+	tu_put_str(b, model);
 }
 
-static void gput_u32(struct gbuf *b, uint32_t v) { gput(b, &v, 4); }
-static void gput_u64(struct gbuf *b, uint64_t v) { gput(b, &v, 8); }
-
-static void gput_str(struct gbuf *b, const char *s)
+/* The key tokenizer.ggml.tokens: an array of the n pieces. */
+static void gput_tokens(struct tu_buf *b, size_t n, const char *const *pieces)
 {
-	gput_u64(b, strlen(s));
-	gput(b, s, strlen(s));
+	tu_put_str(b, "tokenizer.ggml.tokens");
+	tu_put_u32(b, 9);
+	tu_put_u32(b, 8);
+	tu_put_u64(b, n);
+	for (size_t i = 0; i < n; i++)
+		tu_put_str(b, pieces[i]);
 }
 
-static int init_from(struct gbuf *b, struct tkv_error *err)
+static int init_from(struct tu_buf *b, struct tkv_error *err)
 {
 	struct gguf_file *g = NULL;
 	struct tok *t = NULL;
 	struct tkv_alloc a = { 0 };
 	int rc;
 
-	rc = gguf_open_buffer(&g, b->p, b->n, "test.gguf", NULL, err);
+	rc = gguf_open_buffer(&g, b->p, b->len, "test.gguf", NULL, err);
 	assert_int_equal(rc, TKV_OK);
 	rc = tok_init(&t, g, &a, err);
 	tok_free(t);
@@ -747,87 +746,48 @@ static int init_from(struct gbuf *b, struct tkv_error *err)
 	return rc;
 }
 
+/* The tokenizer of b fails with want and a message containing frag. */
+static void expect_init(struct tu_buf *b, int want, const char *frag)
+{
+	struct tkv_error err = { 0 };
+
+	assert_int_equal(init_from(b, &err), want);
+	if (frag)
+		assert_non_null(strstr(err.msg, frag));
+	printf("# %s\n", err.msg);
+}
+
 static void test_bad_metadata(void **state)
 {
-	struct gbuf b = { NULL, 0, 0 };
+	static const char *const spm3[] = { "<unk>", "a", "" };
+	struct tu_buf b = { NULL, 0, 0 };
 	struct tkv_error err = { 0 };
 	int rc;
 
 	(void)state;
 	/* unknown model */
-	gput_u32(&b, 0x46554747u);
-	gput_u32(&b, 3);
-	gput_u64(&b, 0);
-	gput_u64(&b, 1);
-	gput_str(&b, "tokenizer.ggml.model");
-	gput_u32(&b, 8);
-	gput_str(&b, "wordpiece");
-	rc = init_from(&b, &err);
-	assert_int_equal(rc, TKV_ERR_UNSUPPORTED);
-	printf("# %s\n", err.msg);
+	gput_start(&b, 1, "wordpiece");
+	expect_init(&b, TKV_ERR_UNSUPPORTED, NULL);
 
 	/* token_type shorter than tokens */
-	b.n = 0;
-	gput_u32(&b, 0x46554747u);
-	gput_u32(&b, 3);
-	gput_u64(&b, 0);
-	gput_u64(&b, 3);
-	gput_str(&b, "tokenizer.ggml.model");
-	gput_u32(&b, 8);
-	gput_str(&b, "llama");
-	gput_str(&b, "tokenizer.ggml.tokens");
-	gput_u32(&b, 9);
-	gput_u32(&b, 8);
-	gput_u64(&b, 3);
-	gput_str(&b, "<unk>");
-	gput_str(&b, "a");
-	gput_str(&b, "");
-	gput_str(&b, "tokenizer.ggml.token_type");
-	gput_u32(&b, 9);
-	gput_u32(&b, 5);
-	gput_u64(&b, 2);
-	gput_u32(&b, 2);
-	gput_u32(&b, 1);
-	rc = init_from(&b, &err);
-	assert_int_equal(rc, TKV_ERR_FORMAT);
-	assert_non_null(strstr(err.msg, "token_type"));
-	printf("# %s\n", err.msg);
+	gput_start(&b, 3, "llama");
+	gput_tokens(&b, 3, spm3);
+	tu_put_str(&b, "tokenizer.ggml.token_type");
+	tu_put_u32(&b, 9);
+	tu_put_u32(&b, 5);
+	tu_put_u64(&b, 2);
+	tu_put_u32(&b, 2);
+	tu_put_u32(&b, 1);
+	expect_init(&b, TKV_ERR_FORMAT, "token_type");
 
 	/* gpt2 without merges */
-	b.n = 0;
-	gput_u32(&b, 0x46554747u);
-	gput_u32(&b, 3);
-	gput_u64(&b, 0);
-	gput_u64(&b, 2);
-	gput_str(&b, "tokenizer.ggml.model");
-	gput_u32(&b, 8);
-	gput_str(&b, "gpt2");
-	gput_str(&b, "tokenizer.ggml.tokens");
-	gput_u32(&b, 9);
-	gput_u32(&b, 8);
-	gput_u64(&b, 1);
-	gput_str(&b, "a");
-	rc = init_from(&b, &err);
-	assert_int_equal(rc, TKV_ERR_FORMAT);
-	assert_non_null(strstr(err.msg, "merges"));
-	printf("# %s\n", err.msg);
+	gput_start(&b, 2, "gpt2");
+	gput_tokens(&b, 1, spm3 + 1);
+	expect_init(&b, TKV_ERR_FORMAT, "merges");
 
 	/* a tiny valid SPM vocab with an empty piece and no byte tokens */
-	b.n = 0;
-	gput_u32(&b, 0x46554747u);
-	gput_u32(&b, 3);
-	gput_u64(&b, 0);
-	gput_u64(&b, 2);
-	gput_str(&b, "tokenizer.ggml.model");
-	gput_u32(&b, 8);
-	gput_str(&b, "llama");
-	gput_str(&b, "tokenizer.ggml.tokens");
-	gput_u32(&b, 9);
-	gput_u32(&b, 8);
-	gput_u64(&b, 3);
-	gput_str(&b, "<unk>");
-	gput_str(&b, "a");
-	gput_str(&b, "");
+	gput_start(&b, 2, "llama");
+	gput_tokens(&b, 3, spm3);
 	rc = init_from(&b, &err);
 	assert_int_equal(rc, TKV_OK);
 	{
@@ -836,7 +796,7 @@ static void test_bad_metadata(void **state)
 		int32_t ids[16];
 		size_t n;
 
-		assert_int_equal(gguf_open_buffer(&g, b.p, b.n, "tiny.gguf", NULL, &err), TKV_OK);
+		assert_int_equal(gguf_open_buffer(&g, b.p, b.len, "tiny.gguf", NULL, &err), TKV_OK);
 		assert_int_equal(tok_init(&t, g, NULL, &err), TKV_OK);
 		gguf_close(g); /* the tok keeps no pointer into the file */
 		assert_int_equal(tok_bos(t), 1); /* SPM default, in range */

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const char *env_or(const char *name, const char *dflt)
@@ -55,6 +56,38 @@ char *tu_read_file(const char *path, size_t *len)
 	}
 	fclose(f);
 	return buf;
+}
+
+void tu_put(struct tu_buf *b, const void *p, size_t n)
+{
+	if (b->len + n > b->cap) {
+		b->cap = (b->len + n) * 2 + 64;
+		b->p = realloc(b->p, b->cap);
+		assert_non_null(b->p);
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+}
+
+void tu_put_u8(struct tu_buf *b, uint8_t v)
+{
+	tu_put(b, &v, 1);
+}
+
+void tu_put_u32(struct tu_buf *b, uint32_t v)
+{
+	tu_put(b, &v, 4);
+}
+
+void tu_put_u64(struct tu_buf *b, uint64_t v)
+{
+	tu_put(b, &v, 8);
+}
+
+void tu_put_str(struct tu_buf *b, const char *s)
+{
+	tu_put_u64(b, strlen(s));
+	tu_put(b, s, strlen(s));
 }
 
 static uint64_t rng_state = 0x5eed1234ull;

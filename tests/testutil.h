@@ -21,6 +21,20 @@ const char *tu_vocab_path(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. */
 char *tu_read_file(const char *path, size_t *len);
 
+/* A growing byte buffer for hand-made (and malformed) files: raw bytes,
+ * little-endian integers, GGUF strings (a u64 length, then the bytes). Fails
+ * the running test when out of memory; the caller frees p. */
+struct tu_buf {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+void tu_put(struct tu_buf *b, const void *p, size_t n);
+void tu_put_u8(struct tu_buf *b, uint8_t v);
+void tu_put_u32(struct tu_buf *b, uint32_t v);
+void tu_put_u64(struct tu_buf *b, uint64_t v);
+void tu_put_str(struct tu_buf *b, const char *s);
+
 /* A deterministic generator (splitmix64) for test data: seed, 64 random
  * bits, their top 32, a float uniform in [lo, hi) from 32 bits (tu_rng_f)
  * or from 53 (tu_rng_f53). One state per test program, seeded 0x5eed1234
