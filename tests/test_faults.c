@@ -146,30 +146,26 @@ static int generate(struct run *r, struct tkv_alloc *a, struct tkv_seq *s, const
 	return st;
 }
 
-/* Tiered policy under a per-sequence cap of 12 x 640 bytes of K+V (2 sinks, a
- * window of 4): two sequences of 12 + 10 tokens, decoded in turns, demote and
- * then evict. */
-static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
+/* Two sequences on the loaded engine, prompts of plen tokens (<= 16) from
+ * seeds seed0 and seed0 + 1, then `turns` greedy tokens each, decoded in
+ * turns; marks after every call. */
+static int two_in_turns(struct run *r, struct tkv_alloc *a, size_t plen, uint32_t seed0, int turns,
+			struct tkv_error *err)
 {
-	struct tkv_engine_params ep = base_params();
 	float logits[2][N_VOCAB];
-	int32_t ids[2][12], next[2];
+	int32_t ids[2][16], next[2];
 	int st;
 
-	ep.kv.seq_budget = 12 * 640;
-	ep.kv.n_window = 4;
-	ep.kv.n_sink = 2;
-	if ((st = load(r, a, &ep, err)))
-		return st;
+	assert_true(plen <= 16);
 	for (int i = 0; i < 2; i++) {
-		prompt(ids[i], 12, (uint32_t)i);
+		prompt(ids[i], plen, seed0 + (uint32_t)i);
 		if ((st = tkv_seq_init(&r->s[i], r->e, err)) ||
-		    (st = tkv_seq_decode(r->s[i], ids[i], 12, logits[i], 0, err)))
+		    (st = tkv_seq_decode(r->s[i], ids[i], plen, logits[i], 0, err)))
 			return st;
 		next[i] = argmax(logits[i]);
 		mark(r, a);
 	}
-	for (int k = 0; k < 10; k++)
+	for (int k = 0; k < turns; k++)
 		for (int i = 0; i < 2; i++) {
 			if ((st = tkv_seq_decode(r->s[i], &next[i], 1, logits[i], 0, err)))
 				return st;
@@ -179,13 +175,27 @@ static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	return TKV_OK;
 }
 
+/* Tiered policy under a per-sequence cap of 12 x 640 bytes of K+V (2 sinks, a
+ * window of 4): two sequences of 12 + 10 tokens, decoded in turns, demote and
+ * then evict. */
+static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
+{
+	struct tkv_engine_params ep = base_params();
+	int st;
+
+	ep.kv.seq_budget = 12 * 640;
+	ep.kv.n_window = 4;
+	ep.kv.n_sink = 2;
+	if ((st = load(r, a, &ep, err)))
+		return st;
+	return two_in_turns(r, a, 12, 0, 10, err);
+}
+
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
  * of 30 KiB that two sequences outgrow after some 14 tokens each. */
 static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct tkv_engine_params ep = base_params();
-	float logits[2][N_VOCAB];
-	int32_t ids[2][8], next[2];
 	int st;
 
 	ep.n_threads = 2;
@@ -194,22 +204,7 @@ static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err
 	ep.kv.n_sink = 2;
 	if ((st = load(r, a, &ep, err)))
 		return st;
-	for (int i = 0; i < 2; i++) {
-		prompt(ids[i], 8, 10 + (uint32_t)i);
-		if ((st = tkv_seq_init(&r->s[i], r->e, err)) ||
-		    (st = tkv_seq_decode(r->s[i], ids[i], 8, logits[i], 0, err)))
-			return st;
-		next[i] = argmax(logits[i]);
-		mark(r, a);
-	}
-	for (int k = 0; k < 14; k++)
-		for (int i = 0; i < 2; i++) {
-			if ((st = tkv_seq_decode(r->s[i], &next[i], 1, logits[i], 0, err)))
-				return st;
-			next[i] = argmax(logits[i]);
-			mark(r, a);
-		}
-	return TKV_OK;
+	return two_in_turns(r, a, 8, 10, 14, err);
 }
 
 /* Continuous batching: three sequences through tkv_engine_step (up to 8

@@ -4,6 +4,7 @@
  * and every allocation failure during load and generation is TKV_ERR_NOMEM
  * with nothing leaked. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,31 @@ static struct tkv_model *load(void)
 
 	assert_int_equal(tkv_model_load(&m, model_path(), NULL, &err), TKV_OK);
 	return m;
+}
+
+/* stories260K, an engine of the given params and (with seq) one sequence;
+ * err is the one the test's calls report into. */
+struct fx {
+	struct tkv_model *m;
+	struct tkv_engine *e;
+	struct tkv_seq *s;
+	struct tkv_error err;
+};
+
+static void fx_open(struct fx *f, const struct tkv_engine_params *p, bool seq)
+{
+	memset(f, 0, sizeof *f);
+	f->m = load();
+	assert_int_equal(tkv_engine_init(&f->e, f->m, p, &f->err), TKV_OK);
+	if (seq)
+		assert_int_equal(tkv_seq_init(&f->s, f->e, &f->err), TKV_OK);
+}
+
+static void fx_close(struct fx *f)
+{
+	tkv_seq_free(f->s);
+	tkv_engine_free(f->e);
+	tkv_model_free(f->m);
 }
 
 static void test_info(void **state)
@@ -113,56 +139,46 @@ static void test_chunking_invariant(void **state)
 
 static void test_bad_tokens_and_context(void **state)
 {
-	struct tkv_model *m = load();
 	struct tkv_engine_params p = tkv_engine_default_params();
-	struct tkv_engine *e = NULL;
-	struct tkv_seq *s = NULL;
-	struct tkv_error err = { 0 };
 	int32_t bad[] = { 1, 512 }, neg[] = { -1 };
 	float logits[512];
+	struct fx f;
 
 	(void)state;
 	p.n_ctx = 8;
-	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
-	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
-	assert_int_equal(tkv_seq_decode(s, bad, 2, logits, 0, &err), TKV_ERR_ARG);
-	assert_non_null(strstr(err.msg, "out of range"));
-	assert_int_equal(tkv_seq_decode(s, neg, 1, logits, 0, &err), TKV_ERR_ARG);
-	assert_int_equal(tkv_seq_decode(s, prompt_ids, 0, logits, 0, &err), TKV_ERR_ARG);
-	assert_int_equal(tkv_seq_n_past(s), 0);
-	assert_int_equal(tkv_seq_decode(s, prompt_ids, 9, logits, 0, &err), TKV_ERR_CTX_FULL);
-	assert_int_equal(tkv_seq_n_past(s), 0);
-	assert_int_equal(tkv_seq_decode(s, prompt_ids, 8, logits, 0, &err), TKV_OK);
-	assert_int_equal(tkv_seq_decode(s, prompt_ids, 1, logits, 0, &err), TKV_ERR_CTX_FULL);
-	assert_int_equal(tkv_seq_n_past(s), 8);
-	tkv_seq_free(s);
-	tkv_engine_free(e);
-	tkv_model_free(m);
+	fx_open(&f, &p, true);
+	assert_int_equal(tkv_seq_decode(f.s, bad, 2, logits, 0, &f.err), TKV_ERR_ARG);
+	assert_non_null(strstr(f.err.msg, "out of range"));
+	assert_int_equal(tkv_seq_decode(f.s, neg, 1, logits, 0, &f.err), TKV_ERR_ARG);
+	assert_int_equal(tkv_seq_decode(f.s, prompt_ids, 0, logits, 0, &f.err), TKV_ERR_ARG);
+	assert_int_equal(tkv_seq_n_past(f.s), 0);
+	assert_int_equal(tkv_seq_decode(f.s, prompt_ids, 9, logits, 0, &f.err), TKV_ERR_CTX_FULL);
+	assert_int_equal(tkv_seq_n_past(f.s), 0);
+	assert_int_equal(tkv_seq_decode(f.s, prompt_ids, 8, logits, 0, &f.err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(f.s, prompt_ids, 1, logits, 0, &f.err), TKV_ERR_CTX_FULL);
+	assert_int_equal(tkv_seq_n_past(f.s), 8);
+	fx_close(&f);
 }
 
 /* With a budget of a few pages, decoding stops with TKV_ERR_KV_FULL, the budget
  * is never exceeded, and the sequence keeps what it had. */
 static void test_kv_budget(void **state)
 {
-	struct tkv_model *m = load();
 	struct tkv_engine_params p = tkv_engine_default_params();
-	struct tkv_engine *e = NULL;
-	struct tkv_seq *s = NULL;
-	struct tkv_error err = { 0 };
 	struct tkv_kv_stats ks;
 	float logits[512];
 	uint32_t n = 0;
 	int st;
+	struct fx f;
 
 	(void)state;
 	p.kv_mem = 40000;
 	p.page_tokens = 4;
 	p.kv.policy = TKV_POLICY_FULL; /* the reference cache never evicts: it must stop */
-	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
-	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	fx_open(&f, &p, true);
 	for (;;) {
-		st = tkv_seq_decode(s, &prompt_ids[n % N_PROMPT], 1, logits, 0, &err);
-		tkv_engine_kv_stats(e, &ks);
+		st = tkv_seq_decode(f.s, &prompt_ids[n % N_PROMPT], 1, logits, 0, &f.err);
+		tkv_engine_kv_stats(f.e, &ks);
 		assert_true(ks.allocated <= p.kv_mem);
 		if (st)
 			break;
@@ -170,48 +186,43 @@ static void test_kv_budget(void **state)
 		assert_true(n < 512);
 	}
 	assert_int_equal(st, TKV_ERR_KV_FULL);
-	assert_non_null(strstr(err.msg, "budget"));
-	assert_int_equal(tkv_seq_n_past(s), n);
+	assert_non_null(strstr(f.err.msg, "budget"));
+	assert_int_equal(tkv_seq_n_past(f.s), n);
 	/* stopped exactly at a page boundary (pages of 4, or of 2 while the
 	 * sequence is short: dynamic chunking) */
 	assert_true(n > 0 && n % 2 == 0);
 	assert_int_equal(ks.n_tokens, n);
-	tkv_seq_free(s);
-	tkv_engine_kv_stats(e, &ks);
+	tkv_seq_free(f.s);
+	f.s = NULL;
+	tkv_engine_kv_stats(f.e, &ks);
 	assert_int_equal(ks.allocated, 0);
 	assert_int_equal(ks.n_pages, 0);
-	tkv_engine_free(e);
-	tkv_model_free(m);
+	fx_close(&f);
 }
 
 /* Pages are taken as the sequence grows, never for the whole context. */
 static void test_on_demand(void **state)
 {
-	struct tkv_model *m = load();
 	struct tkv_engine_params p = tkv_engine_default_params();
-	struct tkv_engine *e = NULL;
-	struct tkv_seq *s = NULL;
-	struct tkv_error err = { 0 };
 	struct tkv_kv_stats ks;
 	float logits[512];
+	struct fx f;
 
 	(void)state;
-	assert_int_equal(tkv_engine_init(&e, m, &p, &err), TKV_OK);
-	tkv_engine_kv_stats(e, &ks);
+	fx_open(&f, &p, false);
+	tkv_engine_kv_stats(f.e, &ks);
 	assert_int_equal(ks.allocated, 0);
-	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
-	assert_int_equal(tkv_seq_decode(s, prompt_ids, 1, logits, 0, &err), TKV_OK);
-	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(tkv_seq_init(&f.s, f.e, &f.err), TKV_OK);
+	assert_int_equal(tkv_seq_decode(f.s, prompt_ids, 1, logits, 0, &f.err), TKV_OK);
+	tkv_engine_kv_stats(f.e, &ks);
 	assert_int_equal(ks.n_pages, 5 * 4); /* one page per (layer, KV head) */
 	assert_int_equal(ks.kv_bytes, 640);
-	assert_int_equal(tkv_seq_decode(s, prompt_ids, N_PROMPT, logits, 0, &err), TKV_OK);
-	tkv_engine_kv_stats(e, &ks);
+	assert_int_equal(tkv_seq_decode(f.s, prompt_ids, N_PROMPT, logits, 0, &f.err), TKV_OK);
+	tkv_engine_kv_stats(f.e, &ks);
 	assert_int_equal(ks.n_pages, 5 * 4 * 2); /* 17 tokens: two 16-slot pages per stream */
 	assert_int_equal(ks.kv_bytes, 640 * (1 + N_PROMPT));
 	assert_true(ks.allocated >= ks.used);
-	tkv_seq_free(s);
-	tkv_engine_free(e);
-	tkv_model_free(m);
+	fx_close(&f);
 }
 
 /* A batch step over several sequences gives each the logits it gets alone. */
