@@ -193,24 +193,34 @@ static void check_support(float top_p, float min_p, int32_t nv, unsigned seed,
 	free(hit);
 }
 
-static void test_top_p_support(void **state)
+/* DRAWS samples of ids 0..4 with p = 0.05, 0.3, 0.05, 0.5, 0.1 (sorted: 0.5,
+ * 0.3, 0.1, 0.05, 0.05) under top_p and min_p: how often each id came. */
+static void five_hits(float top_p, float min_p, int hits[5])
 {
-	/* p = 0.5, 0.3, 0.1, 0.05, 0.05: top_p 0.7 keeps {0, 1}. */
 	float l[5] = { logf(0.05f), logf(0.3f), logf(0.05f), logf(0.5f), logf(0.1f) };
 	struct samp_params p = plain_params(1.0f);
 	struct samp *s;
 	float tmp[5];
-	int hits[5] = {0}, r;
+
+	p.top_p = top_p;
+	p.min_p = min_p;
+	s = make(&p, 5);
+	memset(hits, 0, 5 * sizeof *hits);
+	for (int r = 0; r < DRAWS; r++)
+		hits[draw(s, l, tmp, 5)]++;
+	samp_free(s);
+}
+
+static void test_top_p_support(void **state)
+{
+	int hits[5];
 
 	(void)state;
-	p.top_p = 0.7f;
-	s = make(&p, 5);
-	for (r = 0; r < DRAWS; r++)
-		hits[draw(s, l, tmp, 5)]++;
+	/* top_p 0.7 keeps ids 3 and 1 */
+	five_hits(0.7f, 0.0f, hits);
 	assert_int_equal(hits[0] + hits[2] + hits[4], 0);
 	/* renormalised: 0.5/0.8 and 0.3/0.8 */
 	assert_true(fabs(hits[3] / (double)DRAWS - 0.625) < 0.02);
-	samp_free(s);
 
 	check_support(0.3f, 0.0f, 50, 1, 1);
 	check_support(0.9f, 0.0f, 50, 2, 0);
@@ -221,21 +231,13 @@ static void test_top_p_support(void **state)
 
 static void test_min_p_support(void **state)
 {
-	/* p = 0.5, 0.3, 0.1, 0.05, 0.05: min_p 0.15 keeps p >= 0.075. */
-	float l[5] = { logf(0.05f), logf(0.3f), logf(0.05f), logf(0.5f), logf(0.1f) };
-	struct samp_params p = plain_params(1.0f);
-	struct samp *s;
-	float tmp[5];
-	int hits[5] = {0}, r;
+	int hits[5];
 
 	(void)state;
-	p.min_p = 0.15f;
-	s = make(&p, 5);
-	for (r = 0; r < DRAWS; r++)
-		hits[draw(s, l, tmp, 5)]++;
+	/* min_p 0.15 keeps p >= 0.075: ids 3, 1 and 4 */
+	five_hits(1.0f, 0.15f, hits);
 	assert_int_equal(hits[0] + hits[2], 0);
 	assert_true(hits[1] > 0 && hits[3] > 0 && hits[4] > 0);
-	samp_free(s);
 
 	check_support(1.0f, 0.5f, 200, 5, 1);
 	check_support(1.0f, 0.9f, 5000, 6, 1);
