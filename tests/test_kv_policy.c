@@ -1638,6 +1638,29 @@ static int decode_greedy(struct tkv_engine *e, struct tkv_seq *s, uint32_t n, si
 	return TKV_OK;
 }
 
+/* One sequence of stories260K under policy pol and kv_mem: BOS, then 511
+ * greedy tokens (decode_greedy) or until a refusal. */
+struct greedy_run {
+	int rc;                  /* decode_greedy's status */
+	uint32_t done, n_past;   /* tokens decoded after BOS; the sequence's length */
+	struct tkv_error err;
+	struct tkv_kv_stats ks;  /* the pool at the end */
+};
+
+static void greedy_run(struct tkv_model *m, enum tkv_policy pol, size_t kv_mem, struct greedy_run *g)
+{
+	struct tkv_engine *e = make_engine(m, pol, kv_mem);
+	struct tkv_seq *s = NULL;
+
+	memset(g, 0, sizeof *g);
+	assert_int_equal(tkv_seq_init(&s, e, &g->err), TKV_OK);
+	g->rc = decode_greedy(e, s, 511, kv_mem, &g->done, &g->err);
+	g->n_past = tkv_seq_n_past(s);
+	tkv_engine_kv_stats(e, &g->ks);
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+}
+
 /* --kv-mem at half of what the full cache needs for 512 tokens: the tiered
  * policy decodes to the end of the context with the governor acting, under
  * the budget after every token, with cold and warm tiers in use at the end. */
@@ -1645,36 +1668,28 @@ static void test_governor_half_budget(void **state)
 {
 	struct tkv_model *m = load_model();
 	size_t full = full_cache_bytes(m, 512), kv_mem = full / 2;
-	struct tkv_engine *e;
-	struct tkv_seq *s = NULL;
-	struct tkv_error err = {0};
-	struct tkv_kv_stats ks;
-	uint32_t done;
-	int rc;
+	struct greedy_run g;
+	const struct tkv_kv_stats *ks = &g.ks;
 
 	(void)state;
 	assert_true(full > 0);
-	e = make_engine(m, TKV_POLICY_TIERED, kv_mem);
-	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
-	rc = decode_greedy(e, s, 511, kv_mem, &done, &err);
-	if (rc != TKV_OK)
-		fail_msg("tiered under %zu bytes (full needs %zu): failed after %u tokens: %s", kv_mem, full, done, err.msg);
-	assert_int_equal(tkv_seq_n_past(s), 512);
-	tkv_engine_kv_stats(e, &ks);
+	greedy_run(m, TKV_POLICY_TIERED, kv_mem, &g);
+	if (g.rc != TKV_OK)
+		fail_msg("tiered under %zu bytes (full needs %zu): failed after %u tokens: %s", kv_mem, full, g.done,
+			 g.err.msg);
+	assert_int_equal(g.n_past, 512);
 	fprintf(stderr, "governor: budget %zu (full %zu): peak %zu, %llu runs, tiers %zu/%zu/%zu tokens, "
-			"%llu evicted, %llu demoted\n", kv_mem, full, ks.peak_allocated, (unsigned long long)ks.gov_runs,
-		ks.tier_tokens[0], ks.tier_tokens[1], ks.tier_tokens[2], (unsigned long long)ks.evicted,
-		(unsigned long long)ks.demoted);
-	tkv_seq_free(s);
-	tkv_engine_free(e);
+			"%llu evicted, %llu demoted\n", kv_mem, full, ks->peak_allocated, (unsigned long long)ks->gov_runs,
+		ks->tier_tokens[0], ks->tier_tokens[1], ks->tier_tokens[2], (unsigned long long)ks->evicted,
+		(unsigned long long)ks->demoted);
 	tkv_model_free(m);
-	assert_true(ks.gov_runs > 0);
-	assert_true(ks.peak_allocated <= kv_mem);
+	assert_true(ks->gov_runs > 0);
+	assert_true(ks->peak_allocated <= kv_mem);
 	/* under pressure the ladder demotes toward cold before it evicts; warm
 	 * may be empty once everything unprotected has reached cold, and the
 	 * protected slots of a squeezed (tight) stream are q8, counted warm */
-	assert_true(ks.tier_tokens[KV_TIER_COLD] > 0);
-	assert_true(ks.tier_tokens[KV_TIER_HOT] + ks.tier_tokens[KV_TIER_WARM] > 0);
+	assert_true(ks->tier_tokens[KV_TIER_COLD] > 0);
+	assert_true(ks->tier_tokens[KV_TIER_HOT] + ks->tier_tokens[KV_TIER_WARM] > 0);
 }
 
 /* The same budget with the full policy: TKV_ERR_KV_FULL with a message naming
@@ -1684,34 +1699,20 @@ static void test_governor_full_stops(void **state)
 {
 	struct tkv_model *m = load_model();
 	size_t kv_mem = full_cache_bytes(m, 512) / 2;
-	struct tkv_engine *e;
-	struct tkv_seq *s = NULL;
-	struct tkv_error err = {0};
-	struct tkv_kv_stats ks;
-	uint32_t done;
-	int rc;
+	struct greedy_run g;
+	char want[64];
 
 	(void)state;
-	e = make_engine(m, TKV_POLICY_FULL, kv_mem);
-	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
-	memset(&err, 0, sizeof err);
-	rc = decode_greedy(e, s, 511, kv_mem, &done, &err);
-	assert_int_equal(rc, TKV_ERR_KV_FULL);
-	assert_int_equal(err.status, TKV_ERR_KV_FULL);
-	assert_true(strstr(err.msg, "budget") != NULL);
-	{
-		char want[64];
-
-		snprintf(want, sizeof want, "%zu", kv_mem);
-		assert_true(strstr(err.msg, want) != NULL); /* names the budget's size */
-	}
-	assert_true(done < 511);
-	assert_int_equal(tkv_seq_n_past(s), done + 1);
-	tkv_engine_kv_stats(e, &ks);
-	assert_int_equal(ks.gov_runs, 0);
-	assert_true(ks.allocated <= kv_mem);
-	tkv_seq_free(s);
-	tkv_engine_free(e);
+	greedy_run(m, TKV_POLICY_FULL, kv_mem, &g);
+	assert_int_equal(g.rc, TKV_ERR_KV_FULL);
+	assert_int_equal(g.err.status, TKV_ERR_KV_FULL);
+	assert_true(strstr(g.err.msg, "budget") != NULL);
+	snprintf(want, sizeof want, "%zu", kv_mem);
+	assert_true(strstr(g.err.msg, want) != NULL); /* names the budget's size */
+	assert_true(g.done < 511);
+	assert_int_equal(g.n_past, g.done + 1);
+	assert_int_equal(g.ks.gov_runs, 0);
+	assert_true(g.ks.allocated <= kv_mem);
 	tkv_model_free(m);
 }
 
