@@ -513,6 +513,23 @@ static double plan_cost(const struct kv_cfg *c, const double *cost, const uint32
 	return total;
 }
 
+/* The bounds at the largest x in [lo, hi] whose plan fits `room` (the plan
+ * at lo fits, the one at hi does not), by 30 bisections. */
+static void plan_fit(const struct kv_cfg *c, const double *cost, uint32_t n, double room, double lo, double hi,
+		     uint32_t *b)
+{
+	for (int it = 0; it < 30; it++) {
+		double mid = (lo + hi) / 2;
+
+		plan_bounds(c, n, mid, b);
+		if (plan_cost(c, cost, b) <= room)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	plan_bounds(c, n, lo, b);
+}
+
 /* The plan for n candidates (ranked) and `room` bytes, as a ladder: the ideal
  * mix if it fits; else every slot kept with the mix shifted toward the
  * cheapest tier (hot slots demote before anything is evicted); else the
@@ -533,31 +550,13 @@ static void plan(const struct kv_cfg *c, const double *cost, uint32_t n, double 
 			plan_bounds(c, n, hi, b);
 			if (plan_cost(c, cost, b) <= room)
 				return;
-			for (int it = 0; it < 30; it++) {
-				double mid = (lo + hi) / 2;
-
-				plan_bounds(c, n, mid, b);
-				if (plan_cost(c, cost, b) <= room)
-					lo = mid;
-				else
-					hi = mid;
-			}
-			plan_bounds(c, n, lo, b);
+			plan_fit(c, cost, n, room, lo, hi, b);
 		}
 		return;
 	}
 	plan_bounds(c, n, 0.0, b);
 	if (c->n_tiers > 1 && plan_cost(c, cost, b) <= room) {
-		for (int it = 0; it < 30; it++) {
-			double mid = (lo + hi) / 2;
-
-			plan_bounds(c, n, mid, b);
-			if (plan_cost(c, cost, b) <= room)
-				lo = mid;
-			else
-				hi = mid;
-		}
-		plan_bounds(c, n, lo, b);
+		plan_fit(c, cost, n, room, lo, hi, b);
 		return;
 	}
 	keep = room <= 0 ? 0 : (uint32_t)fmin((double)n, floor(room / cost[c->n_tiers - 1]));
