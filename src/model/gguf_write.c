@@ -373,64 +373,63 @@ int gguf_w_add_arr(struct gguf_w *w, const char *key, enum gguf_type elem, const
 	return TKV_OK;
 }
 
-int gguf_w_add_arr_strn(struct gguf_w *w, const char *key, const struct gguf_str *strs,
-			uint64_t n)
+/* String i of an array given as (ptr, len) pairs (strs) or as C strings
+ * (cstrs, when strs is NULL). 0 for a NULL string (a NULL ptr of length 0
+ * is the empty string). */
+static int arr_elem(const struct gguf_str *strs, const char *const *cstrs, uint64_t i, const char **p,
+		    uint64_t *len)
+{
+	if (strs) {
+		*p = strs[i].ptr;
+		*len = strs[i].len;
+		return *p || !*len;
+	}
+	*p = cstrs[i];
+	*len = *p ? strlen(*p) : 0;
+	return *p != NULL;
+}
+
+static int add_arr_str(struct gguf_w *w, const char *key, const struct gguf_str *strs, const char *const *cstrs,
+		       uint64_t n)
 {
 	size_t bytes = 12;
-	uint64_t i;
+	const char *p;
+	uint64_t i, len;
 	int rc;
 
 	if (w->err.status)
 		return w->err.status;
-	if (!strs && n)
+	if (!strs && !cstrs && n)
 		return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: NULL strings for array '%s'", key ? key : "?");
 	for (i = 0; i < n; i++) {
-		if (!strs[i].ptr && strs[i].len)
+		if (!arr_elem(strs, cstrs, i, &p, &len))
 			return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: NULL string %llu in '%s'",
 					   (unsigned long long)i, key ? key : "?");
-		if (strs[i].len > SIZE_MAX / 2 - bytes - 8)
+		if (len > SIZE_MAX / 2 - bytes - 8)
 			return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: array '%s' too large", key ? key : "?");
-		bytes += 8 + (size_t)strs[i].len;
+		bytes += 8 + (size_t)len;
 	}
 	rc = gguf_w_begin_kv(w, key, GGUF_TYPE_ARRAY, bytes);
 	if (rc)
 		return rc;
 	gguf_w_put_le(&w->meta, GGUF_TYPE_STRING, 4);
 	gguf_w_put_le(&w->meta, n, 8);
-	for (i = 0; i < n; i++)
-		gguf_w_put_str(&w->meta, strs[i].ptr, strs[i].len);
+	for (i = 0; i < n; i++) {
+		arr_elem(strs, cstrs, i, &p, &len);
+		gguf_w_put_str(&w->meta, p, len);
+	}
 	return TKV_OK;
+}
+
+int gguf_w_add_arr_strn(struct gguf_w *w, const char *key, const struct gguf_str *strs,
+			uint64_t n)
+{
+	return add_arr_str(w, key, strs, NULL, n);
 }
 
 int gguf_w_add_arr_str(struct gguf_w *w, const char *key, const char *const *strs, uint64_t n)
 {
-	size_t bytes = 12;
-	uint64_t i;
-	int rc;
-
-	if (w->err.status)
-		return w->err.status;
-	if (!strs && n)
-		return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: NULL strings for array '%s'", key ? key : "?");
-	for (i = 0; i < n; i++) {
-		size_t len;
-
-		if (!strs[i])
-			return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: NULL string %llu in '%s'",
-					   (unsigned long long)i, key ? key : "?");
-		len = strlen(strs[i]);
-		if (len > SIZE_MAX / 2 - bytes - 8)
-			return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: array '%s' too large", key ? key : "?");
-		bytes += 8 + len;
-	}
-	rc = gguf_w_begin_kv(w, key, GGUF_TYPE_ARRAY, bytes);
-	if (rc)
-		return rc;
-	gguf_w_put_le(&w->meta, GGUF_TYPE_STRING, 4);
-	gguf_w_put_le(&w->meta, n, 8);
-	for (i = 0; i < n; i++)
-		gguf_w_put_str(&w->meta, strs[i], strlen(strs[i]));
-	return TKV_OK;
+	return add_arr_str(w, key, NULL, strs, n);
 }
 
 /* ---- tensors ------------------------------------------------------------ */
