@@ -171,6 +171,19 @@ size_t tkv_detok_min_cap(const struct tkv_vocab *v)
 	return tok_stream_min_cap(tok_of_vocab(v));
 }
 
+/* A tkv_detok is the public copy of a tok_stream's pending bytes. */
+static void detok_load(struct tok_stream *s, const struct tkv_detok *d)
+{
+	memcpy(s->pend, d->pend, sizeof s->pend);
+	s->n_pend = d->n_pend;
+}
+
+static void detok_store(struct tkv_detok *d, const struct tok_stream *s)
+{
+	memcpy(d->pend, s->pend, sizeof d->pend);
+	d->n_pend = s->n_pend;
+}
+
 int tkv_detok_push(const struct tkv_vocab *v, struct tkv_detok *d, int32_t id, char *out, size_t cap)
 {
 	struct tok_stream s;
@@ -178,11 +191,9 @@ int tkv_detok_push(const struct tkv_vocab *v, struct tkv_detok *d, int32_t id, c
 
 	if (!d)
 		return TKV_ERR_ARG;
-	memcpy(s.pend, d->pend, sizeof s.pend);
-	s.n_pend = d->n_pend;
+	detok_load(&s, d);
 	n = tok_stream_push(tok_of_vocab(v), &s, id, out, cap);
-	memcpy(d->pend, s.pend, sizeof d->pend);
-	d->n_pend = s.n_pend;
+	detok_store(d, &s);
 	return n;
 }
 
@@ -193,11 +204,9 @@ int tkv_detok_flush(struct tkv_detok *d, char *out, size_t cap)
 
 	if (!d)
 		return TKV_ERR_ARG;
-	memcpy(s.pend, d->pend, sizeof s.pend);
-	s.n_pend = d->n_pend;
+	detok_load(&s, d);
 	n = tok_stream_flush(&s, out, cap);
-	memcpy(d->pend, s.pend, sizeof d->pend);
-	d->n_pend = s.n_pend;
+	detok_store(d, &s);
 	return n;
 }
 
