@@ -263,6 +263,9 @@ static int opt_vec(const struct gguf_file *g, const char *name, uint64_t n, cons
 	return st < 0 ? st : 0;
 }
 
+/* The name of layer l's tensor s, in the caller's buffer `name`. */
+#define NAME(s) (snprintf(name, sizeof name, "blk.%u." s, l), name)
+
 /* Attention of layer l: attn_qkv or attn_q/k/v, optional biases, per-head
  * q/k norms and the norm after it (required where the family says). */
 static int load_attn(struct tkv_model *m, uint32_t l, struct model_layer *L, struct tkv_error *err)
@@ -276,7 +279,6 @@ static int load_attn(struct tkv_model *m, uint32_t l, struct model_layer *L, str
 	char name[96];
 	int st;
 
-#define NAME(s) (snprintf(name, sizeof name, "blk.%u." s, l), name)
 	if ((st = get_vec(g, NAME("attn_norm.weight"), in->dim, false, &L->attn_norm, err)))
 		return st;
 	st = get_mat(g, NAME("attn_qkv.weight"), in->dim, (uint64_t)qd + 2 * kvd, true, &qkv, err);
@@ -312,7 +314,6 @@ static int load_attn(struct tkv_model *m, uint32_t l, struct model_layer *L, str
 	if (!L->q_norm != !L->k_norm)
 		return tkv_errf(err, TKV_ERR_FORMAT, "%s: layer %u has a norm for q or k but not both", gguf_name(g), l);
 	st = get_vec(g, NAME("post_attention_norm.weight"), in->dim, !post, &L->attn_post_norm, err);
-#undef NAME
 	return st < 0 ? st : TKV_OK;
 }
 
@@ -327,7 +328,6 @@ static int load_ffn(struct tkv_model *m, uint32_t l, struct model_layer *L, stru
 	char name[96];
 	int st;
 
-#define NAME(s) (snprintf(name, sizeof name, "blk.%u." s, l), name)
 	if ((st = get_vec(g, NAME("ffn_norm.weight"), in->dim, false, &L->ffn_norm, err)))
 		return st;
 	if (!gguf_find_tensor(g, NAME("ffn_gate.weight")) && gguf_find_tensor(g, NAME("ffn_up.weight"))) {
