@@ -85,6 +85,7 @@ static void test_tables_follow_level(void **state)
 		assert_ptr_equal(q8->panel, panel_s8_ref);
 		assert_ptr_equal(q4->gemv_x8, gemv_q4_0_x8_ref);
 		assert_ptr_equal(ops_act_kernels()->quant[OPS_ACT_Q8_32], quant_act_q8_32_ref);
+		assert_ptr_equal(ops_act_kernels()->quant[OPS_ACT_Q8_K32], quant_act_q8_k32_ref);
 		assert_memory_equal(tk, tr, sizeof *tk);
 		assert_string_equal(kv_tier_kernel_name(), "ref");
 		assert_null(kv_attn_score_kernel(KV_FMT_F16, 64));
@@ -98,6 +99,8 @@ static void test_tables_follow_level(void **state)
 #if HAVE_X86
 	assert_ptr_equal(q8->dot_rows, dot_rows_q8_0_avx2);
 	assert_ptr_equal(ops_act_kernels()->quant[OPS_ACT_Q8_32], quant_act_q8_32_avx2);
+	assert_ptr_equal(ops_act_kernels()->quant[OPS_ACT_Q8_1], quant_act_q8_1_avx2);
+	assert_ptr_equal(ops_act_kernels()->quant[OPS_ACT_Q8_K32], quant_act_q8_k32_avx2);
 	assert_ptr_equal(tk->f16_load, kv_tier_f16_load_avx2);
 	assert_ptr_equal(tk->asym_load_k, kv_tier_asym_load_k_avx2);
 	assert_string_equal(kv_tier_kernel_name(), "avx2"); /* no AVX-512 row kernels */

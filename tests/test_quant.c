@@ -220,6 +220,8 @@ static const ops_pack_x8_fn ref_pack_x8[TKV_DTYPE_COUNT] = {
 static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
 	[OPS_ACT_Q8_32] = quant_act_q8_32_ref,
 	[OPS_ACT_Q8_256] = quant_act_q8_256_ref,
+	[OPS_ACT_Q8_1] = quant_act_q8_1_ref,
+	[OPS_ACT_Q8_K32] = quant_act_q8_k32_ref,
 };
 
 /* The activation row for type's kernels (or x itself), and its values. */
@@ -232,7 +234,7 @@ static const void *prepare_act(uint32_t type, const float *x, int64_t n, void *b
 		return x;
 	}
 	ref_act[act](x, buf, n);
-	if (act == OPS_ACT_Q8_32) {
+	if (act != OPS_ACT_Q8_256) {
 		const struct blk_q8_32 *b = buf;
 		for (int64_t i = 0; i < n; i++)
 			vals[i] = b[i / 32].d * b[i / 32].qs[i % 32];
@@ -242,6 +244,26 @@ static const void *prepare_act(uint32_t type, const float *x, int64_t n, void *b
 			vals[i] = b[i / QK_K].d * b[i / QK_K].qs[i % QK_K];
 	}
 	return buf;
+}
+
+/* OPS_ACT_Q8_1 carries s = d sum(q) rounded to f16, which q4_1 and q5_1 meet
+ * with their offset m: what their dots add beyond the exact product of the
+ * values d q, sum over blocks of m (s - d sum(q)); 0 for the other formats. */
+static double q8_1_offset_term(uint32_t type, const void *row, const struct blk_q8_32 *a, int64_t n)
+{
+	double t = 0.0;
+
+	if (type != TKV_Q4_1 && type != TKV_Q5_1)
+		return 0.0;
+	for (int64_t b = 0; b < n / 32; b++) {
+		uint16_t mh = type == TKV_Q4_1 ? ((const struct blk_q4_1 *)row)[b].m : ((const struct blk_q5_1 *)row)[b].m;
+		int sum = 0;
+
+		for (int e = 0; e < 32; e++)
+			sum += a[b].qs[e];
+		t += (double)ops_f16_to_f32(mh) * ((double)a[b].s - (double)a[b].d * sum);
+	}
+	return t;
 }
 
 /* ---- tests ---------------------------------------------------------------------- */
@@ -367,6 +389,60 @@ static void test_act_quant_simd_vs_ref(void **state)
 	}
 }
 
+/* What each format holds (ops_impl.h: the activations llama.cpp's CPU
+ * backend quantizes to for the same weight type): q rounds x * 127 / amax
+ * half to even; q8_32's d is amax / 127 rounded to f16 and s = d sum(q);
+ * q8_1's s is amax / 127 sum(q) rounded to f16; q8_256's d is 1 / (127 /
+ * amax) over 256; q8_k32 holds q8_256's values and d in blocks of 32. */
+static void test_act_formats(void **state)
+{
+	enum { N = 1024 };
+	static float x[N];
+	static struct blk_q8_32 b32[N / 32], b1[N / 32], bk32[N / 32];
+	static struct blk_q8_256 b256[N / QK_K];
+
+	(void)state;
+	tu_rng_seed(19);
+	for (int rep = 0; rep < 6; rep++) {
+		make_x(x, N, rep % 2);
+		if (rep == 5)
+			memset(x + 256, 0, 256 * sizeof(float)); /* an all-zero block of 256 */
+		quant_act_q8_32_ref(x, b32, N);
+		quant_act_q8_1_ref(x, b1, N);
+		quant_act_q8_256_ref(x, b256, N);
+		quant_act_q8_k32_ref(x, bk32, N);
+		for (int i = 0; i < N / 32; i++) {
+			float amax = 0.0f, amax256 = 0.0f, d256;
+			int sum = 0;
+
+			for (int j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(x[32 * i + j]));
+			for (int j = 0; j < QK_K; j++)
+				amax256 = fmaxf(amax256, fabsf(x[QK_K * (i / 8) + j]));
+			d256 = amax256 > 0.0f ? 1.0f / (127.0f / amax256) : 0.0f;
+			for (int j = 0; j < 32; j++) {
+				float v = x[32 * i + j];
+				int q = amax > 0.0f ? (int)nearbyintf(v * (127.0f / amax)) : 0;
+				int qk = amax256 > 0.0f ? (int)nearbyintf(v * (127.0f / amax256)) : 0;
+
+				assert_int_equal(b32[i].qs[j], q);
+				assert_int_equal(b1[i].qs[j], q);
+				assert_int_equal(b256[i / 8].qs[32 * (i % 8) + j], qk);
+				assert_int_equal(bk32[i].qs[j], qk);
+				sum += q;
+			}
+			assert_true(b32[i].d == ops_f16_to_f32(ops_f32_to_f16(amax / 127.0f)));
+			assert_true(b32[i].s == b32[i].d * (float)sum);
+			assert_true(b1[i].d == b32[i].d);
+			assert_true(b1[i].s == ops_f16_to_f32(ops_f32_to_f16(amax / 127.0f * (float)sum)));
+			assert_true(b256[i / 8].d == d256);
+			assert_true(bk32[i].d == d256);
+			assert_true(bk32[i].s == d256 * (float)(b256[i / 8].bsums[2 * (i % 8)] +
+								b256[i / 8].bsums[2 * (i % 8) + 1]));
+		}
+	}
+}
+
 static void test_dot_simd_vs_ref(void **state)
 {
 	static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4];
@@ -404,6 +480,7 @@ static void test_dot_simd_vs_ref(void **state)
 					exact += (double)wv[i] * xv[i];
 					mag += fabs((double)wv[i] * xv[i]);
 				}
+				exact += q8_1_offset_term(type, rows[r], a, n);
 				if (fabs((double)got[r] - want[r]) > TOL_DOT_SIMD_REL * mag)
 					fail_msg("%s n=%lld row %d of %d: SIMD %.9g, ref %.9g (mag %.3g)", tkv_dtype_name(type),
 						 (long long)n, r, nr, (double)got[r], (double)want[r], mag);
@@ -508,7 +585,7 @@ static void test_panels(void **state)
 				fail_msg("%s: SIMD panel bytes differ from the reference (%d rows)", tkv_dtype_name(type), nr);
 			for (int c = 0; c < nc; c++) {
 				make_x(x, N, c == 1);
-				ref_act[OPS_ACT_Q8_32](x, act[c], N);
+				ref_act[k->panel_act](x, act[c], N);
 			}
 			ref_panel[type](N, want, act, sizeof act[0], nc, s_ref, OPS_PANEL_ROWS);
 			k->panel(N, got, act, sizeof act[0], nc, s_simd, OPS_PANEL_ROWS);
@@ -526,6 +603,8 @@ static void test_panels(void **state)
 						exact += wv[i] * xv;
 						mag += fabs(wv[i] * xv);
 					}
+					if (r < nr)
+						exact += q8_1_offset_term(type, rows[r], act[c], N);
 					if (fabs((double)s_simd[c * 8 + r] - s_ref[c * 8 + r]) > TOL_PANEL_SIMD_REL * mag)
 						fail_msg("%s col %d row %d: SIMD %.9g, ref %.9g", tkv_dtype_name(type), c, r,
 							 (double)s_simd[c * 8 + r], (double)s_ref[c * 8 + r]);
@@ -575,6 +654,7 @@ static void test_matmul_threads(void **state)
 			for (int pass = 0; pass < 2; pass++) {
 				/* pass 1 has no workspace: pieces on the stack, row dots only */
 				int exact_dots = ntok < 8 || pass == 1 || !ops_kernels(type)->pack;
+				uint32_t blk = ops_act_blck[ops_kernels(type)->panel_act];
 
 				if (pass == 0)
 					ops_matmul_n(tp, mp, yp, 3, x, ntok, work, work_size);
@@ -598,16 +678,18 @@ static void test_matmul_threads(void **state)
 										 (double)d);
 								continue;
 							}
+							/* half a step of the panel format's blocks, and
+							 * its scale's f16 rounding (at most amax / 2048) */
 							ops_dequant_row(type, w[i] + (size_t)r * rb, wv, COLS);
-							for (int b = 0; b < COLS; b += 32) {
+							for (int b = 0; b < COLS; b += (int)blk) {
 								float amax = 0.0f;
 
-								for (int e = b; e < b + 32; e++)
+								for (int e = b; e < b + (int)blk; e++)
 									amax = fmaxf(amax, fabsf(xt[e]));
-								for (int e = b; e < b + 32; e++) {
+								for (int e = b; e < b + (int)blk; e++) {
 									exact += (double)wv[e] * xt[e];
 									mag += fabs((double)wv[e] * xt[e]);
-									bound += fabs((double)wv[e]) * amax / 254.0;
+									bound += fabs((double)wv[e]) * amax * (1.0 / 254.0 + 1.0 / 2048.0);
 								}
 							}
 							if (fabs(got - exact) > bound + TOL_MATMUL_FLOAT_REL * mag)
@@ -846,6 +928,10 @@ static void test_avx512_kernels(void **state)
 
 			for (int r = 0; r < 16; r++)
 				make_row(type, XCOLS, w + (size_t)r * rb);
+			for (int c = 0; c < OPS_PANEL_COLS; c++) {
+				make_x(x, XCOLS, c == 2);
+				ref_act[ops_kernels(type)->panel_act](x, xact[c], XCOLS);
+			}
 			ref_pack[type](w, rb, 8, XCOLS, panels);
 			ref_pack[type](w + 8 * rb, rb, 8, XCOLS, panels + pstride);
 			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
@@ -884,6 +970,7 @@ int main(void)
 		cmocka_unit_test(test_known_blocks),
 		cmocka_unit_test(test_dequant_simd_vs_ref),
 		cmocka_unit_test(test_act_quant_simd_vs_ref),
+		cmocka_unit_test(test_act_formats),
 		cmocka_unit_test(test_dot_simd_vs_ref),
 		cmocka_unit_test(test_quantize_round_trip),
 		cmocka_unit_test(test_panels),

@@ -107,28 +107,37 @@ static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
 	[TKV_F32] = { .act_type = OPS_ACT_F32, .dequant = dequant_f32_ref, .dot_rows = dot_rows_f32_ref },
 	[TKV_F16] = { .act_type = OPS_ACT_F32, .dequant = dequant_f16_ref, .dot_rows = dot_rows_f16_ref },
 	[TKV_BF16] = { .act_type = OPS_ACT_F32, .dequant = dequant_bf16_ref, .dot_rows = dot_rows_bf16_ref },
-	[TKV_Q4_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_0_ref, .dot_rows = dot_rows_q4_0_ref,
+	[TKV_Q4_0] = { .act_type = OPS_ACT_Q8_32, .panel_act = OPS_ACT_Q8_32,
+		       .dequant = dequant_q4_0_ref, .dot_rows = dot_rows_q4_0_ref,
 		       .pack = pack_q4_0_ref, .panel = panel_u_ref, .repack = repack_q4_0_x8,
 		       .gemv_x8 = gemv_q4_0_x8_ref, .pack_x8 = pack_q4_0_x8_ref, .x8_block = OPS_X8_Q4_0 },
-	[TKV_Q8_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q8_0_ref, .dot_rows = dot_rows_q8_0_ref,
+	[TKV_Q8_0] = { .act_type = OPS_ACT_Q8_32, .panel_act = OPS_ACT_Q8_32,
+		       .dequant = dequant_q8_0_ref, .dot_rows = dot_rows_q8_0_ref,
 		       .pack = pack_q8_0_ref, .panel = panel_s8_ref, .repack = repack_q8_0_x8,
 		       .gemv_x8 = gemv_q8_0_x8_ref, .x8_block = OPS_X8_Q8_0 },
-	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref,
+	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .panel_act = OPS_ACT_Q8_K32,
+		       .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref,
 		       .pack = pack_q4_k_ref, .panel = panel_u_ref },
-	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref,
+	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .panel_act = OPS_ACT_Q8_K32,
+		       .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref,
 		       .pack = pack_q5_k_ref, .panel = panel_u_ref },
 	[TKV_Q6_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q6_k_ref, .dot_rows = dot_rows_q6_k_ref },
-	[TKV_Q4_1] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q4_1_ref, .dot_rows = dot_rows_q4_1_ref,
+	[TKV_Q4_1] = { .act_type = OPS_ACT_Q8_1, .panel_act = OPS_ACT_Q8_1,
+		       .dequant = dequant_q4_1_ref, .dot_rows = dot_rows_q4_1_ref,
 		       .pack = pack_q4_1_ref, .panel = panel_u_ref },
-	[TKV_Q5_0] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q5_0_ref, .dot_rows = dot_rows_q5_0_ref,
+	[TKV_Q5_0] = { .act_type = OPS_ACT_Q8_32, .panel_act = OPS_ACT_Q8_32,
+		       .dequant = dequant_q5_0_ref, .dot_rows = dot_rows_q5_0_ref,
 		       .pack = pack_q5_0_ref, .panel = panel_u_ref },
-	[TKV_Q5_1] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_q5_1_ref, .dot_rows = dot_rows_q5_1_ref,
+	[TKV_Q5_1] = { .act_type = OPS_ACT_Q8_1, .panel_act = OPS_ACT_Q8_1,
+		       .dequant = dequant_q5_1_ref, .dot_rows = dot_rows_q5_1_ref,
 		       .pack = pack_q5_1_ref, .panel = panel_u_ref },
-	[TKV_IQ4_NL] = { .act_type = OPS_ACT_Q8_32, .dequant = dequant_iq4_nl_ref, .dot_rows = dot_rows_iq4_nl_ref,
+	[TKV_IQ4_NL] = { .act_type = OPS_ACT_Q8_32, .panel_act = OPS_ACT_Q8_32,
+			 .dequant = dequant_iq4_nl_ref, .dot_rows = dot_rows_iq4_nl_ref,
 			 .pack = pack_iq4_nl_ref, .panel = panel_s8_ref },
 	[TKV_Q2_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q2_k_ref, .dot_rows = dot_rows_q2_k_ref },
 	[TKV_Q3_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q3_k_ref, .dot_rows = dot_rows_q3_k_ref },
-	[TKV_IQ4_XS] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_iq4_xs_ref, .dot_rows = dot_rows_iq4_xs_ref,
+	[TKV_IQ4_XS] = { .act_type = OPS_ACT_Q8_256, .panel_act = OPS_ACT_Q8_K32,
+			 .dequant = dequant_iq4_xs_ref, .dot_rows = dot_rows_iq4_xs_ref,
 			 .pack = pack_iq4_xs_ref, .panel = panel_s8_ref },
 };
 
@@ -136,6 +145,8 @@ static struct ops_act_kernels ops_act = {
 	.quant = {
 		[OPS_ACT_Q8_32] = quant_act_q8_32_ref,
 		[OPS_ACT_Q8_256] = quant_act_q8_256_ref,
+		[OPS_ACT_Q8_1] = quant_act_q8_1_ref,
+		[OPS_ACT_Q8_K32] = quant_act_q8_k32_ref,
 	},
 };
 
@@ -492,13 +503,12 @@ void ops_matmul_n(struct tpool *tp, const struct ops_mat *const *w, float *const
 	act = k->act_type;
 	/* the panel path when there are enough tokens and room for the panels */
 	if ((w[0]->layout == OPS_LAYOUT_X8 ? k->pack_x8 != NULL : k->pack != NULL) && n >= OPS_PANEL_MIN_N && work) {
-		size_t need = OPS_ALIGN(act_row_bytes(OPS_ACT_Q8_32, cols) * (size_t)n) +
+		size_t need = OPS_ALIGN(act_row_bytes(k->panel_act, cols) * (size_t)n) +
 			      (size_t)tpool_n(tp) * 2 * OPS_ALIGN(panel_bytes(cols));
 
 		if (work_size >= need + 64) {
-			act = OPS_ACT_Q8_32;
-			panels = (unsigned char *)work +
-				 OPS_ALIGN(act_row_bytes(OPS_ACT_Q8_32, cols) * (size_t)n);
+			act = k->panel_act;
+			panels = (unsigned char *)work + OPS_ALIGN(act_row_bytes(act, cols) * (size_t)n);
 		}
 	}
 	as = act_row_bytes(act, cols);

@@ -25,14 +25,25 @@
  * m[j] = (s[j+4] >> 4) | (s[j] >> 6) << 4.
  *
  * Activations: a matmul quantizes each row of X once to the format its weight
- * type's kernel reads (act_type in the table), then every weight row is an
- * integer dot product against it, scaled per block:
+ * type's kernel reads (act_type in the table; panel_act for the panel path),
+ * then every weight row is an integer dot product against it, scaled per
+ * block. The formats are those llama.cpp's CPU backend quantizes activations
+ * to for each weight type, so that both engines give the same integers and
+ * differ only by float rounding: in every block q = round-half-even(x *
+ * 127 / amax), amax the block's largest |x|, and
  *
  *   OPS_ACT_F32     the floats themselves (f32, f16, bf16 weights)
- *   OPS_ACT_Q8_32   blocks of 32: f32 d, f32 s = d * sum(q), 32 int8 q in
- *                   [-127, 127]; x ~ d * q (q4_0, q8_0)
- *   OPS_ACT_Q8_256  blocks of 256: f32 d, 16 int16 sums of 16 q each, 256 int8
- *                   q; x ~ d * q (q4_k, q5_k, q6_k)
+ *   OPS_ACT_Q8_32   (its "q8_0") blocks of 32: d = amax / 127 rounded to f16,
+ *                   s = d * sum(q) in f32, 32 int8 q; x ~ d * q
+ *                   (q4_0, q8_0, q5_0, iq4_nl)
+ *   OPS_ACT_Q8_1    (its "q8_1") the same blocks, with s = amax / 127 * sum(q)
+ *                   rounded to f16 (q4_1, q5_1)
+ *   OPS_ACT_Q8_256  (its "q8_K") blocks of 256: d = 1 / (127 / amax), 16 int16
+ *                   sums of 16 q each, 256 int8 q; x ~ d * q (q2_k .. q6_k,
+ *                   iq4_xs)
+ *   OPS_ACT_Q8_K32  the values of OPS_ACT_Q8_256 in the blocks of 32 of
+ *                   OPS_ACT_Q8_32: each block of 32 carries its 256-block's d
+ *                   and s = d * sum(q) (the panels of q4_k, q5_k, iq4_xs)
  */
 #ifndef TKV_OPS_OPS_IMPL_H
 #define TKV_OPS_OPS_IMPL_H
@@ -169,12 +180,14 @@ enum ops_act_type {
 	OPS_ACT_F32 = 0,
 	OPS_ACT_Q8_32 = 1,
 	OPS_ACT_Q8_256 = 2,
+	OPS_ACT_Q8_1 = 3,
+	OPS_ACT_Q8_K32 = 4,
 	OPS_ACT_COUNT
 };
 
 struct blk_q8_32 {
 	float d;              /* x ~ d * q */
-	float s;              /* d * sum(q) */
+	float s;              /* d * sum(q) (OPS_ACT_Q8_1: rounded to f16) */
 	int8_t qs[32];
 };
 _Static_assert(sizeof(struct blk_q8_32) == 40, "q8_32 activation block is 40 bytes");
@@ -217,7 +230,8 @@ typedef void (*ops_dot_rows_fn)(int64_t n, const void *w, size_t ws, int nr, con
  *   OPS_PANEL_U4  q in 0..15 (q4_0 with m = -8 d; q4_k with m = -dmin m_j)
  *   OPS_PANEL_U5  q in 0..31 (q5_k)
  *   OPS_PANEL_S8  q in -128..127, m = 0 (q8_0)
- * Panel dots read activations in OPS_ACT_Q8_32 (its s = d sum(q) meets m).
+ * Panel dots read activations in blocks of 32 (OPS_ACT_Q8_32, OPS_ACT_Q8_1 or
+ * OPS_ACT_Q8_K32: the type's panel_act; s = d sum(q) meets m).
  * Repacking costs about as much as one token's dots, and is shared by all the
  * tokens of the chunk; the kernel needs no decoding and no horizontal sums
  * (each row's sum stays in its own lane). */
@@ -233,7 +247,7 @@ enum ops_panel_kind { OPS_PANEL_NONE = 0, OPS_PANEL_U4, OPS_PANEL_U5, OPS_PANEL_
  * rows nr..7 are zero. */
 typedef void (*ops_pack_fn)(const void *w, size_t ws, int nr, int64_t n, void *panel);
 /* s[c * ss + r] = dot(panel row r, activation row c) for r < 8, c < nc
- * (<= OPS_PANEL_COLS); activation rows (OPS_ACT_Q8_32) are as bytes apart.
+ * (<= OPS_PANEL_COLS); activation rows (the type's panel_act) are as bytes apart.
  * Writes all 8 rows of each column. */
 typedef void (*ops_panel_fn)(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 
@@ -273,6 +287,7 @@ typedef void (*ops_pack_x8_fn)(const void *group, int64_t n, void *panel);
 /* The kernels of one weight type. A NULL table entry means "not supported". */
 struct ops_type_kernels {
 	uint32_t act_type;           /* enum ops_act_type */
+	uint32_t panel_act;          /* what pack/panel and pack_x8 read: one with blocks of 32 */
 	ops_dequant_fn dequant;
 	ops_dot_rows_fn dot_rows;
 	/* optional: the panel path for many tokens (NULL = row dots only) */
@@ -309,6 +324,8 @@ void dequant_q6_k_ref(const void *row, float *out, int64_t n);
 
 void quant_act_q8_32_ref(const float *x, void *out, int64_t n);
 void quant_act_q8_256_ref(const float *x, void *out, int64_t n);
+void quant_act_q8_1_ref(const float *x, void *out, int64_t n);
+void quant_act_q8_k32_ref(const float *x, void *out, int64_t n);
 
 void dot_rows_f32_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_f16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);

@@ -11,12 +11,16 @@ const uint32_t ops_act_blck[OPS_ACT_COUNT] = {
 	[OPS_ACT_F32] = 1,
 	[OPS_ACT_Q8_32] = 32,
 	[OPS_ACT_Q8_256] = QK_K,
+	[OPS_ACT_Q8_1] = 32,
+	[OPS_ACT_Q8_K32] = QK_K,
 };
 
 const uint32_t ops_act_size[OPS_ACT_COUNT] = {
 	[OPS_ACT_F32] = sizeof(float),
 	[OPS_ACT_Q8_32] = sizeof(struct blk_q8_32),
 	[OPS_ACT_Q8_256] = sizeof(struct blk_q8_256),
+	[OPS_ACT_Q8_1] = sizeof(struct blk_q8_32),
+	[OPS_ACT_Q8_K32] = 8 * sizeof(struct blk_q8_32),
 };
 
 /* ---- dequantize --------------------------------------------------------------- */
@@ -124,34 +128,52 @@ OPS_DEQUANT_REF(q6_k, blk_q6_k, QK_K, deq_q6_k)
 
 /* ---- activations ------------------------------------------------------------------ */
 
-/* Scale and inverse scale for a block whose largest magnitude is amax. The
- * AVX2 quantizers compute exactly these, so both give the same bytes. */
-static inline void act_scale(float amax, float *d, float *id)
+/* The inverse scale of a block whose largest magnitude is amax (0 for an
+ * all-zero block). The AVX2 quantizers compute exactly the same floats, so
+ * both give the same bytes. */
+static inline float act_iscale(float amax)
 {
-	*d = amax / 127.0f;
-	*id = amax > 0.0f ? 127.0f / amax : 0.0f;
+	return amax > 0.0f ? 127.0f / amax : 0.0f;
 }
 
-void quant_act_q8_32_ref(const float *x, void *out, int64_t n)
+static inline float f16_round(float v)
 {
-	struct blk_q8_32 *b = out;
+	return ops_f16_to_f32(ops_f32_to_f16(v));
+}
 
+/* Blocks of 32 with d = amax / 127 (to f16 when `half`) and the sum of q. */
+static void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int half)
+{
 	for (int64_t i = 0; i < n / 32; i++, x += 32) {
-		float amax = 0.0f, d, id;
+		float amax = 0.0f, id;
 		int sum = 0;
 
 		for (int j = 0; j < 32; j++)
 			amax = fmaxf(amax, fabsf(x[j]));
-		act_scale(amax, &d, &id);
+		id = act_iscale(amax);
 		for (int j = 0; j < 32; j++) {
 			int q = (int)nearbyintf(x[j] * id);
 
 			b[i].qs[j] = (int8_t)q;
 			sum += q;
 		}
-		b[i].d = d;
-		b[i].s = d * (float)sum;
+		b[i].d = half ? f16_round(amax / 127.0f) : amax / 127.0f;
+		b[i].s = half ? b[i].d * (float)sum : f16_round(amax / 127.0f * (float)sum);
 	}
+}
+
+void quant_act_q8_32_ref(const float *x, void *out, int64_t n)
+{
+	quant_blocks32(x, out, n, 1);
+}
+
+void quant_act_q8_1_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_32 *b = out;
+
+	quant_blocks32(x, out, n, 0);
+	for (int64_t i = 0; i < n / 32; i++)
+		b[i].d = f16_round(b[i].d);
 }
 
 void quant_act_q8_256_ref(const float *x, void *out, int64_t n)
@@ -159,11 +181,11 @@ void quant_act_q8_256_ref(const float *x, void *out, int64_t n)
 	struct blk_q8_256 *b = out;
 
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float amax = 0.0f, d, id;
+		float amax = 0.0f, id;
 
 		for (int j = 0; j < QK_K; j++)
 			amax = fmaxf(amax, fabsf(x[j]));
-		act_scale(amax, &d, &id);
+		id = act_iscale(amax);
 		for (int k = 0; k < 16; k++) {
 			int sum = 0;
 
@@ -175,7 +197,22 @@ void quant_act_q8_256_ref(const float *x, void *out, int64_t n)
 			}
 			b[i].bsums[k] = (int16_t)sum;
 		}
-		b[i].d = d;
+		b[i].d = id > 0.0f ? 1.0f / id : 0.0f;
+	}
+}
+
+void quant_act_q8_k32_ref(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_32 *b = out;
+	struct blk_q8_256 k;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K, b += 8) {
+		quant_act_q8_256_ref(x, &k, QK_K);
+		for (int j = 0; j < 8; j++) {
+			memcpy(b[j].qs, k.qs + 32 * j, 32);
+			b[j].d = k.d;
+			b[j].s = k.d * (float)(k.bsums[2 * j] + k.bsums[2 * j + 1]);
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 /* quant_more.c - scalar references of the other common GGUF weight types:
- * q4_1, q5_0, q5_1, iq4_nl (blocks of 32, activations OPS_ACT_Q8_32) and q2_k,
- * q3_k, iq4_xs (blocks of 256, activations OPS_ACT_Q8_256). For each: dequantize
+ * q4_1, q5_0, q5_1, iq4_nl (blocks of 32, activations OPS_ACT_Q8_1 for q4_1
+ * and q5_1, OPS_ACT_Q8_32 for the others) and q2_k, q3_k, iq4_xs (blocks of
+ * 256, activations OPS_ACT_Q8_256). For each: dequantize
  * a row, integer row dots, a panel decoder where the type has blocks of 32
  * with one scale, and a weight quantizer. Written from the layouts in
  * ops_impl.h; dequantizing rounds as the GGUF reference does (a scale per
@@ -143,7 +144,7 @@ OPS_DEQUANT_REF(iq4_xs, blk_iq4_xs, QK_K, deq_iq4_xs)
 
 /* ---- row dots ------------------------------------------------------------------ */
 
-/* q4_1 / q5_1: d dy sum(q y) + m s per block, s = dy sum(y). */
+/* q4_1 / q5_1: d dy sum(q y) + m s per block, s ~ dy sum(y). */
 static inline float dot_q4_1(const struct blk_q4_1 *b, const struct blk_q8_32 *y)
 {
 	int isum = 0;

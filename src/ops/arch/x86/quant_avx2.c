@@ -278,19 +278,38 @@ static inline float amax_ps(const float *x, int n)
 	return hmax_ps(m);
 }
 
-void quant_act_q8_32_avx2(const float *x, void *out, int64_t n)
+static inline float f16_round(float v)
 {
-	struct blk_q8_32 *b = out;
+	return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
+}
 
+/* Blocks of 32 (see quant_act_q8_32_ref): d = amax / 127 to f16 when `half`,
+ * else s rounded to f16 (and d by the caller). */
+static inline void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int half)
+{
 	for (int64_t i = 0; i < n / 32; i++, x += 32) {
 		float amax = amax_ps(x, 32);
-		float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+		float id = amax > 0.0f ? 127.0f / amax : 0.0f;
 		int s0, s1;
 
 		_mm256_storeu_si256((__m256i *)b[i].qs, round32(x, _mm256_set1_ps(id), &s0, &s1));
-		b[i].d = d;
-		b[i].s = d * (float)(s0 + s1);
+		b[i].d = half ? f16_round(amax / 127.0f) : amax / 127.0f;
+		b[i].s = half ? b[i].d * (float)(s0 + s1) : f16_round(amax / 127.0f * (float)(s0 + s1));
 	}
+}
+
+void quant_act_q8_32_avx2(const float *x, void *out, int64_t n)
+{
+	quant_blocks32(x, out, n, 1);
+}
+
+void quant_act_q8_1_avx2(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_32 *b = out;
+
+	quant_blocks32(x, out, n, 0);
+	for (int64_t i = 0; i < n / 32; i++)
+		b[i].d = f16_round(b[i].d);
 }
 
 void quant_act_q8_256_avx2(const float *x, void *out, int64_t n)
@@ -298,17 +317,35 @@ void quant_act_q8_256_avx2(const float *x, void *out, int64_t n)
 	struct blk_q8_256 *b = out;
 
 	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float amax = amax_ps(x, QK_K);
-		__m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+		float amax = amax_ps(x, QK_K), id = amax > 0.0f ? 127.0f / amax : 0.0f;
 
 		for (int g = 0; g < 8; g++) {
 			int s0, s1;
 
-			_mm256_storeu_si256((__m256i *)(b[i].qs + 32 * g), round32(x + 32 * g, id, &s0, &s1));
+			_mm256_storeu_si256((__m256i *)(b[i].qs + 32 * g), round32(x + 32 * g, _mm256_set1_ps(id), &s0, &s1));
 			b[i].bsums[2 * g] = (int16_t)s0;
 			b[i].bsums[2 * g + 1] = (int16_t)s1;
 		}
-		b[i].d = amax / 127.0f;
+		b[i].d = id > 0.0f ? 1.0f / id : 0.0f;
+	}
+}
+
+/* One scale per 256 (as q8_256), blocks of 32 (as q8_32). */
+void quant_act_q8_k32_avx2(const float *x, void *out, int64_t n)
+{
+	struct blk_q8_32 *b = out;
+
+	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K, b += 8) {
+		float amax = amax_ps(x, QK_K), id = amax > 0.0f ? 127.0f / amax : 0.0f;
+		float d = id > 0.0f ? 1.0f / id : 0.0f;
+
+		for (int g = 0; g < 8; g++) {
+			int s0, s1;
+
+			_mm256_storeu_si256((__m256i *)b[g].qs, round32(x + 32 * g, _mm256_set1_ps(id), &s0, &s1));
+			b[g].d = d;
+			b[g].s = d * (float)(s0 + s1);
+		}
 	}
 }
 

@@ -1,5 +1,5 @@
 /* quant_more_avx2.c - AVX2 row dots of the types in quant_more.c: q4_1, q5_0,
- * q5_1, iq4_nl (blocks of 32 against OPS_ACT_Q8_32) and q2_k, q3_k, iq4_xs
+ * q5_1, iq4_nl (blocks of 32 against OPS_ACT_Q8_1 / OPS_ACT_Q8_32) and q2_k, q3_k, iq4_xs
  * (blocks of 256 against OPS_ACT_Q8_256).
  *
  * The integer parts equal the references': unsigned codes (0..3, 0..15,

@@ -66,6 +66,8 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	ops_select_more_avx2(types);
 	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
 	act->quant[OPS_ACT_Q8_256] = quant_act_q8_256_avx2;
+	act->quant[OPS_ACT_Q8_1] = quant_act_q8_1_avx2;
+	act->quant[OPS_ACT_Q8_K32] = quant_act_q8_k32_avx2;
 	if (level < CPU_LEVEL_AVX512)
 		return;
 

@@ -18,6 +18,8 @@ void dequant_q6_k_avx2(const void *row, float *out, int64_t n);
 
 void quant_act_q8_32_avx2(const float *x, void *out, int64_t n);
 void quant_act_q8_256_avx2(const float *x, void *out, int64_t n);
+void quant_act_q8_1_avx2(const float *x, void *out, int64_t n);
+void quant_act_q8_k32_avx2(const float *x, void *out, int64_t n);
 
 void dot_rows_f32_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_f16_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
