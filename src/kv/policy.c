@@ -1125,12 +1125,19 @@ int kv_policy_maintain(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 	slack = s->slack > 0 ? (double)s->slack * (double)st->budget
 			     : maint_slack(st->hot_fmt, st->page_tokens, st->budget, s->head_dim);
 	target = (double)st->budget - slack;
-	/* pages hold whole slots and every tier in use holds a page of its own:
-	 * while over, tighten by the overshoot, at least the dearest page, until
-	 * nothing unprotected is left to give */
+	/* a round can land over the budget (compaction's right-sized q4/q2 page
+	 * spreads its per-channel parameters over fewer slots than the plan's
+	 * full-size pages): while over, tighten by the overshoot, at least a
+	 * step, until nothing unprotected is left to give. The step is the
+	 * dearest page, at most an eighth of the budget: a whole page took a
+	 * small stream's target below zero at once, and the round after it
+	 * evicted every unprotected slot (a 64-slot q8 page at head size 8 is
+	 * 1,280 bytes; under --kv-mem of 1/8 of a 200-token text a stream's
+	 * budget is about 400) */
 	for (uint32_t t = 0; t < c->n_tiers; t++)
 		step = fmax(step, (double)kv_page_kv_bytes(fmt_cap(st, tier_fmt(c, st, t)), s->head_dim,
 							   tier_fmt(c, st, t)));
+	step = fmin(step, (double)st->budget / 8.0);
 	while (st->kv_bytes > st->budget && rc == TKV_OK) {
 		rc = maintain_round(c, s, st, target);
 		if (target < 0)
