@@ -449,21 +449,23 @@ static void expect_patched(const char *key, const void *patch, size_t n, int wan
 
 static void test_bad_metadata(void **state)
 {
-	uint32_t v;
+	/* a uint32 key patched to a value the loader must refuse */
+	static const struct {
+		const char *key;
+		uint32_t v;
+		const char *needle;
+	} bad[] = {
+		{ "llama.block_count", 6, "blk.5" },
+		{ "llama.attention.head_count", 7, "heads" },
+		{ "llama.attention.head_count_kv", 3, "KV heads" },
+		{ "llama.embedding_length", 65, "" },
+		{ "llama.feed_forward_length", 0, "zero" },
+		{ "llama.feed_forward_length", 171, "ffn_gate" },
+	};
 
 	(void)state;
-	v = 6;
-	expect_patched("llama.block_count", &v, 4, TKV_ERR_FORMAT, "blk.5");
-	v = 7;
-	expect_patched("llama.attention.head_count", &v, 4, TKV_ERR_FORMAT, "heads");
-	v = 3;
-	expect_patched("llama.attention.head_count_kv", &v, 4, TKV_ERR_FORMAT, "KV heads");
-	v = 65;
-	expect_patched("llama.embedding_length", &v, 4, TKV_ERR_FORMAT, "");
-	v = 0;
-	expect_patched("llama.feed_forward_length", &v, 4, TKV_ERR_FORMAT, "zero");
-	v = 171;
-	expect_patched("llama.feed_forward_length", &v, 4, TKV_ERR_FORMAT, "ffn_gate");
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		expect_patched(bad[i].key, &bad[i].v, 4, TKV_ERR_FORMAT, bad[i].needle);
 	expect_patched("general.architecture", "\x05\0\0\0\0\0\0\0gpt99", 13, TKV_ERR_UNSUPPORTED, "gpt99");
 }
 

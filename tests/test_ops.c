@@ -60,32 +60,31 @@ static bool bf16_is_nan(uint16_t h)
 }
 
 /* Value of an f16 bit pattern, decoded independently of ops.c. */
-static double ref_f16(uint16_t h)
+/* The value of a 16-bit float with 1 sign bit, ebits of exponent (bias
+ * 2^(ebits-1) - 1) and 16 - 1 - ebits of mantissa, from the definition. */
+static double ref_half(uint16_t h, int ebits)
 {
-	int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	int mbits = 15 - ebits, bias = (1 << (ebits - 1)) - 1;
+	int e = (h >> mbits) & ((1 << ebits) - 1), m = h & ((1 << mbits) - 1);
 	double v;
 
-	if (e == 31)
+	if (e == (1 << ebits) - 1)
 		v = m ? NAN : INFINITY;
 	else if (e == 0)
-		v = ldexp(m, -24);
+		v = ldexp(m, 1 - bias - mbits);
 	else
-		v = ldexp(1024 + m, e - 25);
+		v = ldexp((1 << mbits) + m, e - bias - mbits);
 	return (h & 0x8000) ? -v : v;
+}
+
+static double ref_f16(uint16_t h)
+{
+	return ref_half(h, 5);
 }
 
 static double ref_bf16(uint16_t h)
 {
-	int e = (h >> 7) & 0xff, m = h & 0x7f;
-	double v;
-
-	if (e == 255)
-		v = m ? NAN : INFINITY;
-	else if (e == 0)
-		v = ldexp(m, -133);
-	else
-		v = ldexp(128 + m, e - 134);
-	return (h & 0x8000) ? -v : v;
+	return ref_half(h, 8);
 }
 
 /* Nearest f16 to a finite float by search over the ordered non-negative

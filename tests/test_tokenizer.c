@@ -204,13 +204,30 @@ static void run_vocab_cases(const char *name)
 	assert_int_equal(n_ok, n_case);
 }
 
-/* One test per vocabulary fixture: the file is the test's state. */
+/* The vocabulary fixtures (SPM ones add a leading space); each has a test of
+ * its cases and a round-trip test, with the fixture as the test's state. */
+struct vocab_case {
+	const char *file;
+	bool spm;
+};
+
+static struct vocab_case VOCABS[] = {
+	{ "ggml-vocab-llama-spm.gguf", true },
+	{ "ggml-vocab-llama-bpe.gguf", false },
+	{ "ggml-vocab-qwen2.gguf", false },
+	{ "ggml-vocab-phi-3.gguf", true },
+	{ "ggml-vocab-gemma-4.gguf", false },
+	{ "ggml-vocab-qwen35.gguf", false },
+};
+
 static void test_vocab(void **state)
 {
-	run_vocab_cases(*state);
+	const struct vocab_case *c = *state;
+
+	run_vocab_cases(c->file);
 }
 
-#define VOCAB_TEST(name, file) { "test_vocab_" name, test_vocab, NULL, NULL, (void *)(file) }
+#define VOCAB_TEST(name, k) { "test_vocab_" name, test_vocab, NULL, NULL, &VOCABS[k] }
 
 /* ---- stories260K ----------------------------------------------------------- */
 
@@ -315,31 +332,14 @@ static void roundtrip_vocab(const char *name, bool spm)
 	free_vocab(&v);
 }
 
-static void test_roundtrip_spm(void **state)
+static void test_roundtrip(void **state)
 {
-	(void)state;
-	roundtrip_vocab("ggml-vocab-llama-spm.gguf", true);
+	const struct vocab_case *c = *state;
+
+	roundtrip_vocab(c->file, c->spm);
 }
 
-static void test_roundtrip_llama_bpe(void **state)
-{
-	(void)state;
-	roundtrip_vocab("ggml-vocab-llama-bpe.gguf", false);
-}
-
-static void test_roundtrip_qwen2(void **state)
-{
-	(void)state;
-	roundtrip_vocab("ggml-vocab-qwen2.gguf", false);
-}
-
-static void test_roundtrip_new_vocabs(void **state)
-{
-	(void)state;
-	roundtrip_vocab("ggml-vocab-phi-3.gguf", true);
-	roundtrip_vocab("ggml-vocab-gemma-4.gguf", false);
-	roundtrip_vocab("ggml-vocab-qwen35.gguf", false);
-}
+#define ROUNDTRIP_TEST(name, k) { "test_roundtrip_" name, test_roundtrip, NULL, NULL, &VOCABS[k] }
 
 /* ---- special tokens, small buffers, odd input ------------------------------- */
 
@@ -813,17 +813,19 @@ static void test_bad_metadata(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		VOCAB_TEST("llama_spm", "ggml-vocab-llama-spm.gguf"),
-		VOCAB_TEST("llama_bpe", "ggml-vocab-llama-bpe.gguf"),
-		VOCAB_TEST("qwen2", "ggml-vocab-qwen2.gguf"),
-		VOCAB_TEST("phi3", "ggml-vocab-phi-3.gguf"),
-		VOCAB_TEST("gemma4", "ggml-vocab-gemma-4.gguf"),
-		VOCAB_TEST("qwen35", "ggml-vocab-qwen35.gguf"),
+		VOCAB_TEST("llama_spm", 0),
+		VOCAB_TEST("llama_bpe", 1),
+		VOCAB_TEST("qwen2", 2),
+		VOCAB_TEST("phi3", 3),
+		VOCAB_TEST("gemma4", 4),
+		VOCAB_TEST("qwen35", 5),
 		cmocka_unit_test(test_stories_once_upon),
-		cmocka_unit_test(test_roundtrip_spm),
-		cmocka_unit_test(test_roundtrip_llama_bpe),
-		cmocka_unit_test(test_roundtrip_qwen2),
-		cmocka_unit_test(test_roundtrip_new_vocabs),
+		ROUNDTRIP_TEST("spm", 0),
+		ROUNDTRIP_TEST("llama_bpe", 1),
+		ROUNDTRIP_TEST("qwen2", 2),
+		ROUNDTRIP_TEST("phi3", 3),
+		ROUNDTRIP_TEST("gemma4", 4),
+		ROUNDTRIP_TEST("qwen35", 5),
 		cmocka_unit_test(test_special_tokens),
 		cmocka_unit_test(test_odd_bytes),
 		cmocka_unit_test(test_stream_utf8),
