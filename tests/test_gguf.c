@@ -1062,9 +1062,7 @@ static void test_alloc_failures_open(void **state)
 			assert_int_equal(gguf_n_tensors(f), 48);
 			gguf_close(f);
 		} else {
-			assert_int_equal(rc, TKV_ERR_NOMEM);
-			assert_null(f);
-			assert_non_null(strstr(err.msg, "out of memory"));
+			tu_expect_nomem(rc, f, &err, "out of memory");
 		}
 		assert_int_equal(atomic_load(&a.live), 0);
 	}

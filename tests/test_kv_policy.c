@@ -715,12 +715,14 @@ static void assert_same_cache(const struct harness *a, const struct harness *b)
 	for (uint32_t i = 0; i < a->n_streams; i++) {
 		const struct kv_stream *x = &a->s->streams[i], *y = &b->s->streams[i];
 
-		assert_int_equal(x->n_pages, y->n_pages);
-		assert_int_equal(x->n_tokens, y->n_tokens);
-		assert_int_equal(x->kv_bytes, y->kv_bytes);
-		assert_int_equal(x->evicted, y->evicted);
-		assert_int_equal(x->demoted, y->demoted);
-		assert_int_equal(x->merged, y->merged);
+#define SAME(f) assert_int_equal(x->f, y->f)
+		SAME(n_pages);
+		SAME(n_tokens);
+		SAME(kv_bytes);
+		SAME(evicted);
+		SAME(demoted);
+		SAME(merged);
+#undef SAME
 		assert_memory_equal(x->centroid, y->centroid, a->d * sizeof(float));
 		for (uint32_t p = 0; p < x->n_pages; p++) {
 			const struct kv_page *pa = x->pages[p], *pb = y->pages[p];

@@ -1873,29 +1873,28 @@ static void run_random(uint32_t fmt, size_t budget_pages, uint64_t seed)
 	assert_int_equal(atomic_load(&a.live), 0);
 }
 
-static void test_random_accounting_f16(void **state)
+/* The random runs: page format, budget in pages (0: none), seed. */
+struct random_case {
+	uint32_t fmt;
+	size_t budget_pages;
+	uint64_t seed;
+};
+
+static struct random_case RANDOM[] = {
+	{ KV_FMT_F16, 40, 11 },
+	{ KV_FMT_F32, 40, 12 },
+	{ KV_FMT_F16, 9, 13 },  /* tight */
+	{ KV_FMT_F16, 0, 14 },  /* unlimited */
+};
+
+static void test_random_accounting(void **state)
 {
-	(void)state;
-	run_random(KV_FMT_F16, 40, 11);
+	const struct random_case *c = *state;
+
+	run_random(c->fmt, c->budget_pages, c->seed);
 }
 
-static void test_random_accounting_f32(void **state)
-{
-	(void)state;
-	run_random(KV_FMT_F32, 40, 12);
-}
-
-static void test_random_accounting_tight(void **state)
-{
-	(void)state;
-	run_random(KV_FMT_F16, 9, 13);
-}
-
-static void test_random_accounting_unlimited(void **state)
-{
-	(void)state;
-	run_random(KV_FMT_F16, 0, 14);
-}
+#define RANDOM_TEST(name, k) { "test_random_accounting_" name, test_random_accounting, NULL, NULL, &RANDOM[k] }
 
 /* ---- allocation faults ------------------------------------------------------------ */
 
@@ -2059,10 +2058,10 @@ int main(void)
 		cmocka_unit_test(test_stream_compact_nomem),
 		cmocka_unit_test(test_score_codes),
 		cmocka_unit_test(test_positions_past_16_bits),
-		cmocka_unit_test(test_random_accounting_f16),
-		cmocka_unit_test(test_random_accounting_f32),
-		cmocka_unit_test(test_random_accounting_tight),
-		cmocka_unit_test(test_random_accounting_unlimited),
+		RANDOM_TEST("f16", 0),
+		RANDOM_TEST("f32", 1),
+		RANDOM_TEST("tight", 2),
+		RANDOM_TEST("unlimited", 3),
 		cmocka_unit_test(test_fault_sweep),
 		cmocka_unit_test(test_fault_sweep_budget),
 		cmocka_unit_test(test_fault_sweep_transient),

@@ -505,9 +505,7 @@ static void test_alloc_failure(void **state)
 			assert_int_equal(atomic_load(&a.n_calls), k - 1);
 			samp_free(s);
 		} else {
-			assert_int_equal(rc, TKV_ERR_NOMEM);
-			assert_null(s);
-			assert_non_null(strstr(err.msg, "sampler"));
+			tu_expect_nomem(rc, s, &err, "sampler");
 		}
 		assert_int_equal(atomic_load(&a.live), 0);
 	}

@@ -656,8 +656,7 @@ static void test_alloc_fail_init(void **state)
 			tok_free(t);
 			done = true;
 		} else {
-			assert_int_equal(rc, TKV_ERR_NOMEM);
-			assert_null(t);
+			tu_expect_nomem(rc, t, NULL, NULL);
 		}
 		assert_int_equal(a.live, 0);
 	}

@@ -200,9 +200,7 @@ static void test_alloc_failure(void **state)
 			assert_non_null(p);
 			tpool_free(p);
 		} else {
-			assert_int_equal(rc, TKV_ERR_NOMEM);
-			assert_null(p);
-			assert_non_null(strstr(err.msg, "tpool"));
+			tu_expect_nomem(rc, p, &err, "tpool");
 		}
 		assert_int_equal(atomic_load(&a.live), 0);
 	}

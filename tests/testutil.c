@@ -58,6 +58,14 @@ char *tu_read_file(const char *path, size_t *len)
 	return buf;
 }
 
+void tu_expect_nomem(int rc, const void *out, const struct tkv_error *err, const char *needle)
+{
+	assert_int_equal(rc, TKV_ERR_NOMEM);
+	assert_null(out);
+	if (err && needle)
+		assert_non_null(strstr(err->msg, needle));
+}
+
 void tu_put(struct tu_buf *b, const void *p, size_t n)
 {
 	if (b->len + n > b->cap) {

@@ -21,6 +21,11 @@ const char *tu_vocab_path(const char *name);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated); NULL on error. */
 char *tu_read_file(const char *path, size_t *len);
 
+/* An allocation failure reported as one: rc is TKV_ERR_NOMEM, the object the
+ * call would have made (out) is NULL, and, given err and needle, the message
+ * contains needle. */
+void tu_expect_nomem(int rc, const void *out, const struct tkv_error *err, const char *needle);
+
 /* A growing byte buffer for hand-made (and malformed) files: raw bytes,
  * little-endian integers, GGUF strings (a u64 length, then the bytes). Fails
  * the running test when out of memory; the caller frees p. */
