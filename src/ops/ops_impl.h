@@ -374,6 +374,11 @@ void pack_iq4_nl_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_iq4_xs_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 
 /* Weight quantizers of these types (n a multiple of the block size). */
+void quantize_q4_0_ref(const float *x, void *out, int64_t n);
+void quantize_q8_0_ref(const float *x, void *out, int64_t n);
+void quantize_q4_k_ref(const float *x, void *out, int64_t n);
+void quantize_q5_k_ref(const float *x, void *out, int64_t n);
+void quantize_q6_k_ref(const float *x, void *out, int64_t n);
 void quantize_q4_1_ref(const float *x, void *out, int64_t n);
 void quantize_q5_0_ref(const float *x, void *out, int64_t n);
 void quantize_q5_1_ref(const float *x, void *out, int64_t n);

@@ -218,47 +218,28 @@ void quant_act_q8_k32_ref(const float *x, void *out, int64_t n)
 
 /* ---- row dots ----------------------------------------------------------------------- */
 
-void dot_rows_f32_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
-{
-	const float *x = a;
-
-	for (int r = 0; r < nr; r++) {
-		const float *v = (const float *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n; i++)
-			sum += v[i] * x[i];
-		s[r] = sum;
+/* f32, f16, bf16: each row's plain sum of w x in element order. */
+#define FLOAT_DOT_ROWS_REF(NAME, T, TO_F32)                                                              \
+	void dot_rows_##NAME##_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s) \
+	{                                                                                                \
+		const float *x = a;                                                                      \
+		for (int r = 0; r < nr; r++) {                                                           \
+			const T *v = row_at(w, ws, r);                                                   \
+			float sum = 0.0f;                                                                \
+			for (int64_t i = 0; i < n; i++)                                                  \
+				sum += TO_F32(v[i]) * x[i];                                              \
+			s[r] = sum;                                                                      \
+		}                                                                                        \
 	}
+
+static inline float f32_value(float v)
+{
+	return v;
 }
 
-void dot_rows_f16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
-{
-	const float *x = a;
-
-	for (int r = 0; r < nr; r++) {
-		const uint16_t *h = (const uint16_t *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n; i++)
-			sum += ops_f16_to_f32(h[i]) * x[i];
-		s[r] = sum;
-	}
-}
-
-void dot_rows_bf16_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
-{
-	const float *x = a;
-
-	for (int r = 0; r < nr; r++) {
-		const uint16_t *h = (const uint16_t *)((const char *)w + (size_t)r * ws);
-		float sum = 0.0f;
-
-		for (int64_t i = 0; i < n; i++)
-			sum += ops_bf16_to_f32(h[i]) * x[i];
-		s[r] = sum;
-	}
-}
+FLOAT_DOT_ROWS_REF(f32, float, f32_value)
+FLOAT_DOT_ROWS_REF(f16, uint16_t, ops_f16_to_f32)
+FLOAT_DOT_ROWS_REF(bf16, uint16_t, ops_bf16_to_f32)
 
 static inline float dot_q4_0(const struct blk_q4_0 *b, const struct blk_q8_32 *y)
 {
@@ -341,38 +322,30 @@ static inline uint16_t f16_scale(float d, float *id)
 	return h;
 }
 
-static void quantize_q4_0(const float *x, void *out, int64_t n)
+static inline void qnt_q4_0(const float *x, struct blk_q4_0 *b)
 {
-	struct blk_q4_0 *b = out;
+	float amax = 0.0f, id;
 
-	for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
-		float amax = 0.0f, id;
+	for (int j = 0; j < QK4_0; j++)
+		amax = fmaxf(amax, fabsf(x[j]));
+	b->d = f16_scale(amax / 7.0f, &id);
+	for (int j = 0; j < 16; j++) {
+		int lo = clampi((int)nearbyintf(x[j] * id) + 8, 0, 15);
+		int hi = clampi((int)nearbyintf(x[j + 16] * id) + 8, 0, 15);
 
-		for (int j = 0; j < QK4_0; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
-		b[i].d = f16_scale(amax / 7.0f, &id);
-		for (int j = 0; j < 16; j++) {
-			int lo = clampi((int)nearbyintf(x[j] * id) + 8, 0, 15);
-			int hi = clampi((int)nearbyintf(x[j + 16] * id) + 8, 0, 15);
-
-			b[i].qs[j] = (uint8_t)(lo | hi << 4);
-		}
+		b->qs[j] = (uint8_t)(lo | hi << 4);
 	}
 }
 
-static void quantize_q8_0(const float *x, void *out, int64_t n)
+static inline void qnt_q8_0(const float *x, struct blk_q8_0 *b)
 {
-	struct blk_q8_0 *b = out;
+	float amax = 0.0f, id;
 
-	for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-		float amax = 0.0f, id;
-
-		for (int j = 0; j < QK8_0; j++)
-			amax = fmaxf(amax, fabsf(x[j]));
-		b[i].d = f16_scale(amax / 127.0f, &id);
-		for (int j = 0; j < QK8_0; j++)
-			b[i].qs[j] = (int8_t)clampi((int)nearbyintf(x[j] * id), -127, 127);
-	}
+	for (int j = 0; j < QK8_0; j++)
+		amax = fmaxf(amax, fabsf(x[j]));
+	b->d = f16_scale(amax / 127.0f, &id);
+	for (int j = 0; j < QK8_0; j++)
+		b->qs[j] = (int8_t)clampi((int)nearbyintf(x[j] * id), -127, 127);
 }
 
 /* Packs 8 6-bit (scale, min) pairs into the 12 bytes ops_k_scale_min reads. */
@@ -424,72 +397,68 @@ static void quantize_k_affine(const float *x, int levels, uint16_t *d16, uint16_
 	pack_k_scales(sc, m, scales);
 }
 
-static void quantize_q4_k(const float *x, void *out, int64_t n)
+static inline void qnt_q4_k(const float *x, struct blk_q4_k *b)
 {
-	struct blk_q4_k *b = out;
 	uint8_t q[QK_K];
 
-	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		quantize_k_affine(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
-		for (int c = 0; c < 4; c++)
-			for (int l = 0; l < 32; l++)
-				b[i].qs[32 * c + l] = (uint8_t)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
-	}
+	quantize_k_affine(x, 15, &b->d, &b->dmin, b->scales, q);
+	for (int c = 0; c < 4; c++)
+		for (int l = 0; l < 32; l++)
+			b->qs[32 * c + l] = (uint8_t)(q[64 * c + l] | q[64 * c + 32 + l] << 4);
 }
 
-static void quantize_q5_k(const float *x, void *out, int64_t n)
+static inline void qnt_q5_k(const float *x, struct blk_q5_k *b)
 {
-	struct blk_q5_k *b = out;
 	uint8_t q[QK_K];
 
-	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		quantize_k_affine(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
-		memset(b[i].qh, 0, sizeof b[i].qh);
-		for (int c = 0; c < 4; c++)
-			for (int l = 0; l < 32; l++)
-				b[i].qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 15) | (q[64 * c + 32 + l] & 15) << 4);
-		for (int j = 0; j < 8; j++)
-			for (int l = 0; l < 32; l++)
-				b[i].qh[l] |= (uint8_t)((q[32 * j + l] >> 4) << j);
-	}
+	quantize_k_affine(x, 31, &b->d, &b->dmin, b->scales, q);
+	memset(b->qh, 0, sizeof b->qh);
+	for (int c = 0; c < 4; c++)
+		for (int l = 0; l < 32; l++)
+			b->qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 15) | (q[64 * c + 32 + l] & 15) << 4);
+	for (int j = 0; j < 8; j++)
+		for (int l = 0; l < 32; l++)
+			b->qh[l] |= (uint8_t)((q[32 * j + l] >> 4) << j);
 }
 
-static void quantize_q6_k(const float *x, void *out, int64_t n)
+static inline void qnt_q6_k(const float *x, struct blk_q6_k *b)
 {
-	struct blk_q6_k *b = out;
+	float scale[16], max_abs_scale = 0.0f, id, d;
+	uint8_t q[QK_K];
 
-	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float scale[16], max_abs_scale = 0.0f, id, d;
-		uint8_t q[QK_K];
+	for (int k = 0; k < 16; k++) {
+		float amax = 0.0f;
 
-		for (int k = 0; k < 16; k++) {
-			float amax = 0.0f;
+		for (int l = 0; l < 16; l++)
+			amax = fmaxf(amax, fabsf(x[16 * k + l]));
+		scale[k] = amax / 31.0f;
+		max_abs_scale = fmaxf(max_abs_scale, scale[k]);
+	}
+	b->d = f16_scale(max_abs_scale / 127.0f, &id);
+	d = ops_f16_to_f32(b->d);
+	for (int k = 0; k < 16; k++) {
+		float ds;
 
-			for (int l = 0; l < 16; l++)
-				amax = fmaxf(amax, fabsf(x[16 * k + l]));
-			scale[k] = amax / 31.0f;
-			max_abs_scale = fmaxf(max_abs_scale, scale[k]);
-		}
-		b[i].d = f16_scale(max_abs_scale / 127.0f, &id);
-		d = ops_f16_to_f32(b[i].d);
-		for (int k = 0; k < 16; k++) {
-			float ds;
+		b->scales[k] = (int8_t)clampi((int)nearbyintf(scale[k] * id), 0, 127);
+		ds = d * b->scales[k];
+		for (int l = 0; l < 16; l++)
+			q[16 * k + l] = (uint8_t)(ds > 0.0f ? clampi((int)nearbyintf(x[16 * k + l] / ds) + 32, 0, 63) : 32);
+	}
+	memset(b->ql, 0, sizeof b->ql);
+	memset(b->qh, 0, sizeof b->qh);
+	for (int e = 0; e < QK_K; e++) {
+		int h = e / 128, g = (e % 128) / 32, l = e % 32;
 
-			b[i].scales[k] = (int8_t)clampi((int)nearbyintf(scale[k] * id), 0, 127);
-			ds = d * b[i].scales[k];
-			for (int l = 0; l < 16; l++)
-				q[16 * k + l] = (uint8_t)(ds > 0.0f ? clampi((int)nearbyintf(x[16 * k + l] / ds) + 32, 0, 63) : 32);
-		}
-		memset(b[i].ql, 0, sizeof b[i].ql);
-		memset(b[i].qh, 0, sizeof b[i].qh);
-		for (int e = 0; e < QK_K; e++) {
-			int h = e / 128, g = (e % 128) / 32, l = e % 32;
-
-			b[i].ql[64 * h + l + 32 * (g & 1)] |= (uint8_t)((q[e] & 15) << (g >= 2 ? 4 : 0));
-			b[i].qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * g));
-		}
+		b->ql[64 * h + l + 32 * (g & 1)] |= (uint8_t)((q[e] & 15) << (g >= 2 ? 4 : 0));
+		b->qh[32 * h + l] |= (uint8_t)((q[e] >> 4) << (2 * g));
 	}
 }
+
+OPS_QUANTIZE_REF(q4_0, blk_q4_0, QK4_0, qnt_q4_0)
+OPS_QUANTIZE_REF(q8_0, blk_q8_0, QK8_0, qnt_q8_0)
+OPS_QUANTIZE_REF(q4_k, blk_q4_k, QK_K, qnt_q4_k)
+OPS_QUANTIZE_REF(q5_k, blk_q5_k, QK_K, qnt_q5_k)
+OPS_QUANTIZE_REF(q6_k, blk_q6_k, QK_K, qnt_q6_k)
 
 int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 {
@@ -509,11 +478,11 @@ int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 		for (int64_t i = 0; i < n; i++)
 			((uint16_t *)out)[i] = ops_f32_to_bf16(x[i]);
 		return 0;
-	case TKV_Q4_0: quantize_q4_0(x, out, n); return 0;
-	case TKV_Q8_0: quantize_q8_0(x, out, n); return 0;
-	case TKV_Q4_K: quantize_q4_k(x, out, n); return 0;
-	case TKV_Q5_K: quantize_q5_k(x, out, n); return 0;
-	case TKV_Q6_K: quantize_q6_k(x, out, n); return 0;
+	case TKV_Q4_0: quantize_q4_0_ref(x, out, n); return 0;
+	case TKV_Q8_0: quantize_q8_0_ref(x, out, n); return 0;
+	case TKV_Q4_K: quantize_q4_k_ref(x, out, n); return 0;
+	case TKV_Q5_K: quantize_q5_k_ref(x, out, n); return 0;
+	case TKV_Q6_K: quantize_q6_k_ref(x, out, n); return 0;
 	case TKV_Q4_1: quantize_q4_1_ref(x, out, n); return 0;
 	case TKV_Q5_0: quantize_q5_0_ref(x, out, n); return 0;
 	case TKV_Q5_1: quantize_q5_1_ref(x, out, n); return 0;

@@ -351,45 +351,35 @@ static void put_bit5(uint8_t qh[4], const uint8_t q[32])
 		qh[e / 8] |= (uint8_t)((q[e] >> 4) << (e % 8));
 }
 
-void quantize_q4_1_ref(const float *x, void *out, int64_t n)
+static inline void qnt_q4_1(const float *x, struct blk_q4_1 *b)
 {
-	struct blk_q4_1 *b = out;
 	uint8_t q[32];
 
-	for (int64_t i = 0; i < n / 32; i++, x += 32) {
-		affine32(x, 15, &b[i].d, &b[i].m, q);
-		put_nibbles(b[i].qs, q);
-	}
+	affine32(x, 15, &b->d, &b->m, q);
+	put_nibbles(b->qs, q);
 }
 
-void quantize_q5_1_ref(const float *x, void *out, int64_t n)
+static inline void qnt_q5_1(const float *x, struct blk_q5_1 *b)
 {
-	struct blk_q5_1 *b = out;
 	uint8_t q[32];
 
-	for (int64_t i = 0; i < n / 32; i++, x += 32) {
-		affine32(x, 31, &b[i].d, &b[i].m, q);
-		put_nibbles(b[i].qs, q);
-		put_bit5(b[i].qh, q);
-	}
+	affine32(x, 31, &b->d, &b->m, q);
+	put_nibbles(b->qs, q);
+	put_bit5(b->qh, q);
 }
 
 /* q5_0: the value of largest magnitude maps to -16, the others to the grid. */
-void quantize_q5_0_ref(const float *x, void *out, int64_t n)
+static inline void qnt_q5_0(const float *x, struct blk_q5_0 *b)
 {
-	struct blk_q5_0 *b = out;
 	uint8_t q[32];
+	float d, id;
 
-	for (int64_t i = 0; i < n / 32; i++, x += 32) {
-		float d, id;
-
-		b[i].d = f16_round(signed_max(x, 32) / -16.0f, &d);
-		id = inv(d);
-		for (int e = 0; e < 32; e++)
-			q[e] = (uint8_t)clampi((int)nearbyintf(x[e] * id) + 16, 0, 31);
-		put_nibbles(b[i].qs, q);
-		put_bit5(b[i].qh, q);
-	}
+	b->d = f16_round(signed_max(x, 32) / -16.0f, &d);
+	id = inv(d);
+	for (int e = 0; e < 32; e++)
+		q[e] = (uint8_t)clampi((int)nearbyintf(x[e] * id) + 16, 0, 31);
+	put_nibbles(b->qs, q);
+	put_bit5(b->qh, q);
 }
 
 /* Index of the iq4 value nearest t (the values are sorted). */
@@ -460,119 +450,111 @@ static float iq4_scale(const float *x, int n, int to_f16)
 	return best;
 }
 
-void quantize_iq4_nl_ref(const float *x, void *out, int64_t n)
+static inline void qnt_iq4_nl(const float *x, struct blk_iq4_nl *b)
 {
-	struct blk_iq4_nl *b = out;
 	uint8_t q[32];
+	float d;
 
-	for (int64_t i = 0; i < n / 32; i++, x += 32) {
-		float d;
-
-		b[i].d = f16_round(iq4_scale(x, 32, 1), &d);
-		iq4_fit(x, 32, d, q);
-		put_nibbles(b[i].qs, q);
-	}
+	b->d = f16_round(iq4_scale(x, 32, 1), &d);
+	iq4_fit(x, 32, d, q);
+	put_nibbles(b->qs, q);
 }
 
 /* iq4_xs: each sub-block's scale as in iq4_nl, then those onto 6 bits (the
  * largest in magnitude onto -32) against one f16 scale, and the values again
  * on the grid of their rounded scale. */
-void quantize_iq4_xs_ref(const float *x, void *out, int64_t n)
+static inline void qnt_iq4_xs(const float *x, struct blk_iq4_xs *b)
 {
-	struct blk_iq4_xs *b = out;
+	float sub[8], d, id;
+	uint8_t q[32];
 
-	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float sub[8], d, id;
-		uint8_t q[32];
+	for (int j = 0; j < 8; j++)
+		sub[j] = iq4_scale(x + 32 * j, 32, 0);
+	b->d = f16_round(signed_max(sub, 8) / -32.0f, &d);
+	id = inv(d);
+	b->scales_h = 0;
+	memset(b->scales_l, 0, sizeof b->scales_l);
+	for (int j = 0; j < 8; j++) {
+		int ls = clampi((int)nearbyintf(sub[j] * id), -32, 31) + 32;
 
-		for (int j = 0; j < 8; j++)
-			sub[j] = iq4_scale(x + 32 * j, 32, 0);
-		b[i].d = f16_round(signed_max(sub, 8) / -32.0f, &d);
-		id = inv(d);
-		b[i].scales_h = 0;
-		memset(b[i].scales_l, 0, sizeof b[i].scales_l);
-		for (int j = 0; j < 8; j++) {
-			int ls = clampi((int)nearbyintf(sub[j] * id), -32, 31) + 32;
-
-			b[i].scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
-			b[i].scales_h |= (uint16_t)((ls >> 4) << (2 * j));
-			iq4_fit(x + 32 * j, 32, d * (float)(ls - 32), q);
-			put_nibbles(b[i].qs + 16 * j, q);
-		}
+		b->scales_l[j / 2] |= (uint8_t)((ls & 15) << (4 * (j % 2)));
+		b->scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+		iq4_fit(x + 32 * j, 32, d * (float)(ls - 32), q);
+		put_nibbles(b->qs + 16 * j, q);
 	}
 }
 
 /* q2_k: each group of 16 maps [min, max] (min clamped to <= 0) onto 0..3; the
  * group scales and mins are then quantized to 4 bits against the largest. */
-void quantize_q2_k_ref(const float *x, void *out, int64_t n)
+static inline void qnt_q2_k(const float *x, struct blk_q2_k *b)
 {
-	struct blk_q2_k *b = out;
+	float scale[16], mins[16], max_scale = 0.0f, max_min = 0.0f, d, dmin, id, idm;
 
-	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float scale[16], mins[16], max_scale = 0.0f, max_min = 0.0f, d, dmin, id, idm;
+	for (int k = 0; k < 16; k++) {
+		float lo = 0.0f, hi = 0.0f;
 
-		for (int k = 0; k < 16; k++) {
-			float lo = 0.0f, hi = 0.0f;
-
-			for (int l = 0; l < 16; l++) {
-				lo = fminf(lo, x[16 * k + l]);
-				hi = fmaxf(hi, x[16 * k + l]);
-			}
-			scale[k] = (hi - lo) / 3.0f;
-			mins[k] = -lo;
-			max_scale = fmaxf(max_scale, scale[k]);
-			max_min = fmaxf(max_min, mins[k]);
+		for (int l = 0; l < 16; l++) {
+			lo = fminf(lo, x[16 * k + l]);
+			hi = fmaxf(hi, x[16 * k + l]);
 		}
-		b[i].d = f16_round(max_scale / 15.0f, &d);
-		b[i].dmin = f16_round(max_min / 15.0f, &dmin);
-		id = inv(d);
-		idm = inv(dmin);
-		memset(b[i].qs, 0, sizeof b[i].qs);
-		for (int k = 0; k < 16; k++) {
-			int sc = clampi((int)nearbyintf(scale[k] * id), 0, 15);
-			int m = clampi((int)nearbyintf(mins[k] * idm), 0, 15);
-			float ds = d * (float)sc, dm = dmin * (float)m, ids = inv(ds);
+		scale[k] = (hi - lo) / 3.0f;
+		mins[k] = -lo;
+		max_scale = fmaxf(max_scale, scale[k]);
+		max_min = fmaxf(max_min, mins[k]);
+	}
+	b->d = f16_round(max_scale / 15.0f, &d);
+	b->dmin = f16_round(max_min / 15.0f, &dmin);
+	id = inv(d);
+	idm = inv(dmin);
+	memset(b->qs, 0, sizeof b->qs);
+	for (int k = 0; k < 16; k++) {
+		int sc = clampi((int)nearbyintf(scale[k] * id), 0, 15);
+		int m = clampi((int)nearbyintf(mins[k] * idm), 0, 15);
+		float ds = d * (float)sc, dm = dmin * (float)m, ids = inv(ds);
 
-			b[i].scales[k] = (uint8_t)(sc | m << 4);
-			for (int e = 16 * k; e < 16 * k + 16; e++) {
-				int v = clampi((int)nearbyintf((x[e] + dm) * ids), 0, 3);
-				int h = e / 128, g = (e % 128) / 32, l = e % 32;
+		b->scales[k] = (uint8_t)(sc | m << 4);
+		for (int e = 16 * k; e < 16 * k + 16; e++) {
+			int v = clampi((int)nearbyintf((x[e] + dm) * ids), 0, 3);
+			int h = e / 128, g = (e % 128) / 32, l = e % 32;
 
-				b[i].qs[32 * h + l] |= (uint8_t)(v << (2 * g));
-			}
+			b->qs[32 * h + l] |= (uint8_t)(v << (2 * g));
 		}
 	}
 }
 
 /* q3_k: each group of 16 maps its value of largest magnitude onto -4; the
  * group scales onto 6 bits (the largest in magnitude onto -32). */
-void quantize_q3_k_ref(const float *x, void *out, int64_t n)
+static inline void qnt_q3_k(const float *x, struct blk_q3_k *b)
 {
-	struct blk_q3_k *b = out;
+	float scale[16], d, id;
 
-	for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-		float scale[16], d, id;
+	for (int k = 0; k < 16; k++)
+		scale[k] = signed_max(x + 16 * k, 16) / -4.0f;
+	b->d = f16_round(signed_max(scale, 16) / -32.0f, &d);
+	id = inv(d);
+	memset(b->scales, 0, sizeof b->scales);
+	memset(b->qs, 0, sizeof b->qs);
+	memset(b->hmask, 0, sizeof b->hmask);
+	for (int k = 0; k < 16; k++) {
+		int ls = clampi((int)nearbyintf(scale[k] * id), -32, 31) + 32;
+		float idl = inv(d * (float)(ls - 32));
 
-		for (int k = 0; k < 16; k++)
-			scale[k] = signed_max(x + 16 * k, 16) / -4.0f;
-		b[i].d = f16_round(signed_max(scale, 16) / -32.0f, &d);
-		id = inv(d);
-		memset(b[i].scales, 0, sizeof b[i].scales);
-		memset(b[i].qs, 0, sizeof b[i].qs);
-		memset(b[i].hmask, 0, sizeof b[i].hmask);
-		for (int k = 0; k < 16; k++) {
-			int ls = clampi((int)nearbyintf(scale[k] * id), -32, 31) + 32;
-			float idl = inv(d * (float)(ls - 32));
+		b->scales[k % 8] |= (uint8_t)((ls & 15) << (4 * (k / 8)));
+		b->scales[8 + k % 4] |= (uint8_t)((ls >> 4) << (2 * (k / 4)));
+		for (int e = 16 * k; e < 16 * k + 16; e++) {
+			int v = clampi((int)nearbyintf(x[e] * idl), -4, 3) + 4;
+			int h = e / 128, g = (e % 128) / 32, l = e % 32;
 
-			b[i].scales[k % 8] |= (uint8_t)((ls & 15) << (4 * (k / 8)));
-			b[i].scales[8 + k % 4] |= (uint8_t)((ls >> 4) << (2 * (k / 4)));
-			for (int e = 16 * k; e < 16 * k + 16; e++) {
-				int v = clampi((int)nearbyintf(x[e] * idl), -4, 3) + 4;
-				int h = e / 128, g = (e % 128) / 32, l = e % 32;
-
-				b[i].qs[32 * h + l] |= (uint8_t)((v & 3) << (2 * g));
-				b[i].hmask[l] |= (uint8_t)((v >> 2) << (4 * h + g));
-			}
+			b->qs[32 * h + l] |= (uint8_t)((v & 3) << (2 * g));
+			b->hmask[l] |= (uint8_t)((v >> 2) << (4 * h + g));
 		}
 	}
 }
+
+OPS_QUANTIZE_REF(q4_1, blk_q4_1, 32, qnt_q4_1)
+OPS_QUANTIZE_REF(q5_1, blk_q5_1, 32, qnt_q5_1)
+OPS_QUANTIZE_REF(q5_0, blk_q5_0, 32, qnt_q5_0)
+OPS_QUANTIZE_REF(iq4_nl, blk_iq4_nl, 32, qnt_iq4_nl)
+OPS_QUANTIZE_REF(iq4_xs, blk_iq4_xs, QK_K, qnt_iq4_xs)
+OPS_QUANTIZE_REF(q2_k, blk_q2_k, QK_K, qnt_q2_k)
+OPS_QUANTIZE_REF(q3_k, blk_q3_k, QK_K, qnt_q3_k)

@@ -45,6 +45,15 @@ static inline int clampi(int v, int lo, int hi)
 		}                                                                                        \
 	}
 
+/* quantize_NAME_ref: BLOCK_Q(x, &b[i]) writes block i from the QK floats at x. */
+#define OPS_QUANTIZE_REF(NAME, BLK, QK, BLOCK_Q)                               \
+	void quantize_##NAME##_ref(const float *x, void *out, int64_t n)       \
+	{                                                                      \
+		struct BLK *b = out;                                           \
+		for (int64_t i = 0; i < n / (QK); i++, x += (QK))              \
+			BLOCK_Q(x, &b[i]);                                     \
+	}
+
 /* pack_NAME_ref: the generic packer (ops_pack_rows) with decode_NAME. */
 #define OPS_PACK_REF(NAME)                                                               \
 	void pack_##NAME##_ref(const void *w, size_t ws, int nr, int64_t n, void *panel) \
