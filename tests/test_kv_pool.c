@@ -1926,9 +1926,7 @@ static void run_fault_sweep(unsigned long long fail_count, size_t budget_pages)
 		pp.budget = budget_pages * kv_page_bytes(P, HD, KV_FMT_F16);
 		rc = kv_pool_init(&pool, &pp, &a, &err);
 		if (rc != TKV_OK) {
-			assert_int_equal(rc, TKV_ERR_NOMEM);
-			assert_int_equal(err.status, TKV_ERR_NOMEM);
-			assert_null(pool);
+			tu_expect_nomem(rc, pool, &err, NULL);
 			failed = 1;
 			if (fail_count == 0)
 				goto out;
@@ -1936,9 +1934,7 @@ static void run_fault_sweep(unsigned long long fail_count, size_t budget_pages)
 		}
 		rc = kv_seq_init(&s, pool, L, H, HD, &a, &err);
 		if (rc != TKV_OK) {
-			assert_int_equal(rc, TKV_ERR_NOMEM);
-			assert_int_equal(err.status, TKV_ERR_NOMEM);
-			assert_null(s);
+			tu_expect_nomem(rc, s, &err, NULL);
 			failed = 1;
 			if (fail_count == 0)
 				goto out;

@@ -269,6 +269,18 @@ static void test_f16_random_vs_reference(void **state)
 	}
 }
 
+/* Each float NaN pattern converts to a 16-bit NaN (to16, is_nan16) of its sign. */
+static void check_nans(const uint32_t *nans, size_t n, uint16_t (*to16)(float), bool (*is_nan16)(uint16_t))
+{
+	for (size_t i = 0; i < n; i++) {
+		uint16_t h = to16(bits_f32(nans[i]));
+
+		if (!is_nan16(h))
+			fail_msg("NaN 0x%08x -> 0x%04x is not NaN", nans[i], h);
+		assert_int_equal(h & 0x8000, (nans[i] >> 16) & 0x8000);
+	}
+}
+
 static void test_f16_nan(void **state)
 {
 	static const uint32_t nans[] = {
@@ -282,13 +294,7 @@ static void test_f16_nan(void **state)
 	};
 
 	(void)state;
-	for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
-		uint16_t h = ops_f32_to_f16(bits_f32(nans[i]));
-
-		if (!f16_is_nan(h))
-			fail_msg("NaN 0x%08x -> 0x%04x is not NaN", nans[i], h);
-		assert_int_equal(h & 0x8000, (nans[i] >> 16) & 0x8000);
-	}
+	check_nans(nans, sizeof nans / sizeof nans[0], ops_f32_to_f16, f16_is_nan);
 	assert_true(isnan(ops_f16_to_f32(0x7e00)));
 	assert_true(isnan(ops_f16_to_f32(0x7c01)));
 	assert_true(isnan(ops_f16_to_f32(0xfe00)));
@@ -369,13 +375,7 @@ static void test_bf16_nan(void **state)
 	};
 
 	(void)state;
-	for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
-		uint16_t h = ops_f32_to_bf16(bits_f32(nans[i]));
-
-		if (!bf16_is_nan(h))
-			fail_msg("NaN 0x%08x -> 0x%04x is not NaN", nans[i], h);
-		assert_int_equal(h & 0x8000, (nans[i] >> 16) & 0x8000);
-	}
+	check_nans(nans, sizeof nans / sizeof nans[0], ops_f32_to_bf16, bf16_is_nan);
 	assert_true(isnan(ops_bf16_to_f32(0x7fc0)));
 	assert_true(isnan(ops_bf16_to_f32(0x7f81)));
 	assert_true(isnan(ops_bf16_to_f32(0xffc0)));

@@ -62,6 +62,8 @@ void tu_expect_nomem(int rc, const void *out, const struct tkv_error *err, const
 {
 	assert_int_equal(rc, TKV_ERR_NOMEM);
 	assert_null(out);
+	if (err)
+		assert_int_equal(err->status, TKV_ERR_NOMEM);
 	if (err && needle)
 		assert_non_null(strstr(err->msg, needle));
 }

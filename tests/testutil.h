@@ -22,8 +22,8 @@ const char *tu_vocab_path(const char *name);
 char *tu_read_file(const char *path, size_t *len);
 
 /* An allocation failure reported as one: rc is TKV_ERR_NOMEM, the object the
- * call would have made (out) is NULL, and, given err and needle, the message
- * contains needle. */
+ * call would have made (out) is NULL, and, given err, so is its status (and
+ * its message contains needle, if given). */
 void tu_expect_nomem(int rc, const void *out, const struct tkv_error *err, const char *needle);
 
 /* A growing byte buffer for hand-made (and malformed) files: raw bytes,

@@ -120,12 +120,6 @@ static inline void deq_q6_k(const struct blk_q6_k *b, float *out)
 		out[e] = d * b->scales[e / 16] * (float)(q6_k_value(b, e) - 32);
 }
 
-OPS_DEQUANT_REF(q4_0, blk_q4_0, QK4_0, deq_q4_0)
-OPS_DEQUANT_REF(q8_0, blk_q8_0, QK8_0, deq_q8_0)
-OPS_DEQUANT_REF(q4_k, blk_q4_k, QK_K, deq_q4_k)
-OPS_DEQUANT_REF(q5_k, blk_q5_k, QK_K, deq_q5_k)
-OPS_DEQUANT_REF(q6_k, blk_q6_k, QK_K, deq_q6_k)
-
 /* ---- activations ------------------------------------------------------------------ */
 
 /* The inverse scale of a block whose largest magnitude is amax (0 for an
@@ -304,12 +298,6 @@ static inline float dot_q6_k(const struct blk_q6_k *b, const struct blk_q8_256 *
 	return F16(b->d) * y->d * (float)isum;
 }
 
-OPS_DOT_ROWS_REF(q4_0, blk_q4_0, blk_q8_32, QK4_0, dot_q4_0)
-OPS_DOT_ROWS_REF(q8_0, blk_q8_0, blk_q8_32, QK8_0, dot_q8_0)
-OPS_DOT_ROWS_REF(q4_k, blk_q4_k, blk_q8_256, QK_K, dot_q4_k)
-OPS_DOT_ROWS_REF(q5_k, blk_q5_k, blk_q8_256, QK_K, dot_q5_k)
-OPS_DOT_ROWS_REF(q6_k, blk_q6_k, blk_q8_256, QK_K, dot_q6_k)
-
 /* ---- weight quantizers ------------------------------------------------------------- */
 
 /* The f16 of d, and the inverse of the value it rounds to (0 for 0). */
@@ -454,11 +442,11 @@ static inline void qnt_q6_k(const float *x, struct blk_q6_k *b)
 	}
 }
 
-OPS_QUANTIZE_REF(q4_0, blk_q4_0, QK4_0, qnt_q4_0)
-OPS_QUANTIZE_REF(q8_0, blk_q8_0, QK8_0, qnt_q8_0)
-OPS_QUANTIZE_REF(q4_k, blk_q4_k, QK_K, qnt_q4_k)
-OPS_QUANTIZE_REF(q5_k, blk_q5_k, QK_K, qnt_q5_k)
-OPS_QUANTIZE_REF(q6_k, blk_q6_k, QK_K, qnt_q6_k)
+OPS_REF_ROWS(q4_0, blk_q4_0, blk_q8_32, QK4_0)
+OPS_REF_ROWS(q8_0, blk_q8_0, blk_q8_32, QK8_0)
+OPS_REF_ROWS(q4_k, blk_q4_k, blk_q8_256, QK_K)
+OPS_REF_ROWS(q5_k, blk_q5_k, blk_q8_256, QK_K)
+OPS_REF_ROWS(q6_k, blk_q6_k, blk_q8_256, QK_K)
 
 int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 {
@@ -680,8 +668,10 @@ static inline float x8_d(const uint8_t *blk, int r)
 	return F16(h);
 }
 
-/* The same sums, in the same float order, as dot_rows_q4_0_ref / q8_0_ref. */
-void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+/* The same sums, in the same float order, as dot_rows_q4_0_ref / q8_0_ref:
+ * groups of bs bytes, elements signed (q8_0) or 0..15 less 8 (q4_0). */
+static void gemv_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss,
+			size_t bs, int q8)
 {
 	for (int c = 0; c < nc; c++) {
 		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
@@ -690,11 +680,11 @@ void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, in
 			const uint8_t *blk = group;
 			float sum = 0.0f;
 
-			for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0) {
+			for (int64_t b = 0; b < n / 32; b++, blk += bs) {
 				int isum = 0;
 
 				for (int e = 0; e < 32; e++)
-					isum += (x8_q4_0(blk, r, e) - 8) * y[b].qs[e];
+					isum += (q8 ? x8_q8_0(blk, r, e) : x8_q4_0(blk, r, e) - 8) * y[b].qs[e];
 				sum += x8_d(blk, r) * y[b].d * (float)isum;
 			}
 			s[(size_t)c * ss + r] = sum;
@@ -702,25 +692,14 @@ void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, in
 	}
 }
 
+void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	gemv_x8_ref(n, group, a, as, nc, s, ss, OPS_X8_Q4_0, 0);
+}
+
 void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
 {
-	for (int c = 0; c < nc; c++) {
-		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
-
-		for (int r = 0; r < 8; r++) {
-			const uint8_t *blk = group;
-			float sum = 0.0f;
-
-			for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q8_0) {
-				int isum = 0;
-
-				for (int e = 0; e < 32; e++)
-					isum += x8_q8_0(blk, r, e) * y[b].qs[e];
-				sum += x8_d(blk, r) * y[b].d * (float)isum;
-			}
-			s[(size_t)c * ss + r] = sum;
-		}
-	}
+	gemv_x8_ref(n, group, a, as, nc, s, ss, OPS_X8_Q8_0, 1);
 }
 
 void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)

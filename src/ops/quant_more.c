@@ -134,14 +134,6 @@ static inline void deq_iq4_xs(const struct blk_iq4_xs *b, float *out)
 	}
 }
 
-OPS_DEQUANT_REF(q4_1, blk_q4_1, 32, deq_q4_1)
-OPS_DEQUANT_REF(q5_0, blk_q5_0, 32, deq_q5_0)
-OPS_DEQUANT_REF(q5_1, blk_q5_1, 32, deq_q5_1)
-OPS_DEQUANT_REF(iq4_nl, blk_iq4_nl, 32, deq_iq4_nl)
-OPS_DEQUANT_REF(q2_k, blk_q2_k, QK_K, deq_q2_k)
-OPS_DEQUANT_REF(q3_k, blk_q3_k, QK_K, deq_q3_k)
-OPS_DEQUANT_REF(iq4_xs, blk_iq4_xs, QK_K, deq_iq4_xs)
-
 /* ---- row dots ------------------------------------------------------------------ */
 
 /* q4_1 / q5_1: d dy sum(q y) + m s per block, s ~ dy sum(y). */
@@ -225,14 +217,6 @@ static inline float dot_iq4_xs(const struct blk_iq4_xs *b, const struct blk_q8_2
 	}
 	return F16(b->d) * y->d * (float)isum;
 }
-
-OPS_DOT_ROWS_REF(q4_1, blk_q4_1, blk_q8_32, 32, dot_q4_1)
-OPS_DOT_ROWS_REF(q5_0, blk_q5_0, blk_q8_32, 32, dot_q5_0)
-OPS_DOT_ROWS_REF(q5_1, blk_q5_1, blk_q8_32, 32, dot_q5_1)
-OPS_DOT_ROWS_REF(iq4_nl, blk_iq4_nl, blk_q8_32, 32, dot_iq4_nl)
-OPS_DOT_ROWS_REF(q2_k, blk_q2_k, blk_q8_256, QK_K, dot_q2_k)
-OPS_DOT_ROWS_REF(q3_k, blk_q3_k, blk_q8_256, QK_K, dot_q3_k)
-OPS_DOT_ROWS_REF(iq4_xs, blk_iq4_xs, blk_q8_256, QK_K, dot_iq4_xs)
 
 /* ---- panels (see ops_impl.h): blocks of 32 with one scale ------------------------- */
 
@@ -551,10 +535,10 @@ static inline void qnt_q3_k(const float *x, struct blk_q3_k *b)
 	}
 }
 
-OPS_QUANTIZE_REF(q4_1, blk_q4_1, 32, qnt_q4_1)
-OPS_QUANTIZE_REF(q5_1, blk_q5_1, 32, qnt_q5_1)
-OPS_QUANTIZE_REF(q5_0, blk_q5_0, 32, qnt_q5_0)
-OPS_QUANTIZE_REF(iq4_nl, blk_iq4_nl, 32, qnt_iq4_nl)
-OPS_QUANTIZE_REF(iq4_xs, blk_iq4_xs, QK_K, qnt_iq4_xs)
-OPS_QUANTIZE_REF(q2_k, blk_q2_k, QK_K, qnt_q2_k)
-OPS_QUANTIZE_REF(q3_k, blk_q3_k, QK_K, qnt_q3_k)
+OPS_REF_ROWS(q4_1, blk_q4_1, blk_q8_32, 32)
+OPS_REF_ROWS(q5_0, blk_q5_0, blk_q8_32, 32)
+OPS_REF_ROWS(q5_1, blk_q5_1, blk_q8_32, 32)
+OPS_REF_ROWS(iq4_nl, blk_iq4_nl, blk_q8_32, 32)
+OPS_REF_ROWS(q2_k, blk_q2_k, blk_q8_256, QK_K)
+OPS_REF_ROWS(q3_k, blk_q3_k, blk_q8_256, QK_K)
+OPS_REF_ROWS(iq4_xs, blk_iq4_xs, blk_q8_256, QK_K)

@@ -54,6 +54,13 @@ static inline int clampi(int v, int lo, int hi)
 			BLOCK_Q(x, &b[i]);                                     \
 	}
 
+/* The three row kernels of a type from its block functions deq_NAME,
+ * dot_NAME and qnt_NAME: one row per type. */
+#define OPS_REF_ROWS(NAME, BLK, ACT, QK)                        \
+	OPS_DEQUANT_REF(NAME, BLK, QK, deq_##NAME)              \
+	OPS_DOT_ROWS_REF(NAME, BLK, ACT, QK, dot_##NAME)        \
+	OPS_QUANTIZE_REF(NAME, BLK, QK, qnt_##NAME)
+
 /* pack_NAME_ref: the generic packer (ops_pack_rows) with decode_NAME. */
 #define OPS_PACK_REF(NAME)                                                               \
 	void pack_##NAME##_ref(const void *w, size_t ws, int nr, int64_t n, void *panel) \
