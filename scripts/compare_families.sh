@@ -7,7 +7,12 @@
 # them: mean KL(llama.cpp || tierkv), top-1 agreement, both mean entropies.
 # A row passes at KL <= 1e-3 nats and top-1 >= 99% over >= 512 positions,
 # with llama.cpp's mean entropy below half of ln(vocab) (peaked
-# distributions: near-uniform ones would hide differences). Not run by CI:
+# distributions: near-uniform ones would hide differences). The floor column
+# is llama.cpp against itself: the same file with flash attention off (-fa
+# off; the base is written with it on), a change of float rounding only -
+# on quantized files the 8-bit activations turn such rounding differences
+# into whole quantization steps, which random layers amplify, so that column
+# is the noise no engine that rounds differently can go below. Not run by CI:
 # it needs llama.cpp's binaries (see scripts/compare_llamacpp.sh to build
 # them) and takes minutes.
 #
@@ -15,7 +20,7 @@
 #
 # SHAPE is a gen-model shape (default: one per family, below). Environment:
 # LLAMACPP (the bin directory, default ../llamacpp/build/bin), TIERKV
-# (build/tierkv), BATCHES (tierkv's -b for each run, default "64 1": batched
+# (build/tierkv), FLOOR (1: the llama.cpp -fa off run; 0: not), BATCHES (tierkv's -b for each run, default "64 1": batched
 # prefill and one token a call), THREADS (2), LAYERS (4), CTX (1026: 512 scored positions,
 # Gemma-3-1B's 512-token window slides), CHUNKS (1), VOCABS (../shared/vocab), OUT (files and
 # results, default /tmp/tierkv-families). The text is eval/kjv/*.txt (Ruth,
@@ -52,8 +57,8 @@ mkdir -p "$out"
 text=$out/text.txt
 cat eval/kjv/*.txt > "$text"
 
-printf '| family | shape | weights | tierkv -b | positions | mean KL (nats) | max KL | top-1 %% | entropy llama.cpp | entropy tierkv | ln(vocab)/2 | ppl llama.cpp | ppl tierkv | result |\n' > "$out/table.md"
-printf '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n' >> "$out/table.md"
+printf '| family | shape | weights | tierkv -b | positions | mean KL (nats) | max KL | top-1 %% | floor: llama.cpp -fa off, KL / top-1 %% | entropy llama.cpp | entropy tierkv | ln(vocab)/2 | ppl llama.cpp | ppl tierkv | result |\n' > "$out/table.md"
+printf '|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n' >> "$out/table.md"
 fail=0
 for sv in $list; do
 	shape=${sv%%:*}
@@ -66,14 +71,21 @@ for sv in $list; do
 		name=$(basename "$m" .gguf)
 		base=$out/$name.kld
 		"$llamacpp/llama-perplexity" -m "$m" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t "$threads" \
-			--kl-divergence-base "$base" > "$out/$name-llamacpp.log" 2>&1 ||
+			-fa on --kl-divergence-base "$base" > "$out/$name-llamacpp.log" 2>&1 ||
 			{ echo "compare_families: llama-perplexity failed on $m (see $out/$name-llamacpp.log)" >&2; exit 1; }
 		ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.e+]*\).*/\1/p' "$out/$name-llamacpp.log" | tail -1)
+		floor=-
+		if [ "${FLOOR:-1}" = 1 ]; then
+			"$llamacpp/llama-perplexity" -m "$m" -f "$text" -c "$ctx" -b "$ctx" --chunks "$chunks" -t "$threads" \
+				-fa off --kl-divergence-base "$base" --kl-divergence > "$out/$name-llamacpp-faoff.log" 2>&1 ||
+				{ echo "compare_families: llama-perplexity -fa off failed on $m (see $out/$name-llamacpp-faoff.log)" >&2; exit 1; }
+			floor="$(sed -n 's/^Mean *KLD: *\([-0-9.e+]*\).*/\1/p' "$out/$name-llamacpp-faoff.log" | tail -1) / $(sed -n 's/^Same top p: *\([0-9.]*\).*/\1/p' "$out/$name-llamacpp-faoff.log" | tail -1)"
+		fi
 		for b in $batches; do
 			"$tierkv" eval --kl-base "$base" -m "$m" -t "$threads" -b "$b" --json "$out/$name-b$b.json" \
 				> "$out/$name-b$b-tierkv.md" 2> "$out/$name-b$b-tierkv.log" ||
 				{ echo "compare_families: tierkv eval failed on $m (see $out/$name-b$b-tierkv.log)" >&2; exit 1; }
-			python3 - "$out/$name-b$b.json" "$shape" "$name" "${ppl:--}" "$b" >> "$out/table.md" <<'PY' || fail=1
+			python3 - "$out/$name-b$b.json" "$shape" "$name" "${ppl:--}" "$b" "$floor" >> "$out/table.md" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 arch = {"qwen2.5": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3", "phi3": "phi3",
@@ -82,7 +94,7 @@ fam = next(v for k, v in arch.items() if sys.argv[2].startswith(k))
 w = "Q4_K_M" if sys.argv[3].endswith("q4_k_m") else "f16"
 ok = r["kl"] <= 1e-3 and r["top1"] >= 0.99 and r["positions"] >= 512 and r["entropy_base"] < r["half_ln_vocab"]
 print(f"| {fam} | {sys.argv[2]} | {w} | {sys.argv[5]} | {r['positions']} | {r['kl']:.6f} | {r['kl_max']:.5f} | "
-      f"{100 * r['top1']:.2f} | {r['entropy_base']:.3f} | {r['entropy']:.3f} | {r['half_ln_vocab']:.3f} | {sys.argv[4]} | "
+      f"{100 * r['top1']:.2f} | {sys.argv[6]} | {r['entropy_base']:.3f} | {r['entropy']:.3f} | {r['half_ln_vocab']:.3f} | {sys.argv[4]} | "
       f"{r['ppl']:.4g} | {'pass' if ok else 'FAIL'} |")
 sys.exit(0 if ok else 1)
 PY
