@@ -18,17 +18,19 @@
 # of the shape (random weights, tierkv gen-model) quantized by llama.cpp's
 # llama-quantize to each type.
 #
-# Environment: TIERKV (default build/tierkv), SHAPE (tinyllama-1.1b; or
-# llama2-7b, llama3-8b), TYPES ("Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0", llama-quantize
-# names), LLAMA_ARGS (extra llama-bench options, e.g. "--poll 0": its
-# threads then sleep between tasks instead of spinning, which on a machine
+# Environment: TIERKV (default build/tierkv), SHAPE (tinyllama-1.1b; or any
+# gen-model shape: llama2-7b, llama3-8b, qwen2.5-1.5b, gemma3-1b, ...), TYPES
+# ("Q4_K_M Q5_K_M Q6_K Q8_0 Q4_0", llama-quantize names), LLAMA_ARGS (extra
+# llama-bench options, e.g. "--poll 0": its threads then sleep between tasks instead of spinning, which on a machine
 # with more busy threads than cores keeps a descheduled thread from stalling
 # every barrier), OMP_WAIT_POLICY (for llama-bench, default passive: ggml's
 # OpenMP threads otherwise spin at each barrier, and with more busy threads
 # than cores one measured TinyLlama Q4_K_M decode at 0.28-0.78 t/s instead of
 # 17), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
 # tierkv's prefill with AVX2 forced; 0: not), MODELS (default
-# /tmp/tierkv-models), VOCAB (default ../shared/vocab/ggml-vocab-llama-spm.gguf),
+# /tmp/tierkv-models), VOCAB (default: the shape's family's in ../shared/vocab -
+# qwen2 for qwen* and phi4*, gemma-4 for gemma*, phi-3 for phi3*, llama-bpe for
+# llama3*, llama-spm otherwise),
 # OUT (JSON lines of every run, default /tmp/tierkv-compare).
 set -eu
 cd "$(dirname "$0")/.."
@@ -43,7 +45,14 @@ pp=${PP:-512}
 tg=${TG:-128}
 avx2=${AVX2:-1}
 models=${MODELS:-/tmp/tierkv-models}
-vocab=${VOCAB:-../shared/vocab/ggml-vocab-llama-spm.gguf}
+case $shape in
+qwen* | phi4*) voc=qwen2 ;;
+gemma*) voc=gemma-4 ;;
+phi3*) voc=phi-3 ;;
+llama3*) voc=llama-bpe ;;
+*) voc=llama-spm ;;
+esac
+vocab=${VOCAB:-../shared/vocab/ggml-vocab-$voc.gguf}
 out=${OUT:-/tmp/tierkv-compare}
 
 for f in "$bin/llama-bench" "$bin/llama-quantize" "$tierkv"; do
