@@ -54,6 +54,16 @@ struct tkv_error {
 	char msg[512];
 };
 
+/* Sets err (if not NULL) to status and the printf-formatted message, and
+ * returns status, so that code of your own reports through the same record:
+ * `return tkv_errf(err, TKV_ERR_FORMAT, "chunk %d: short read", c);`. err
+ * and fmt are borrowed for the call. */
+int tkv_errf(struct tkv_error *err, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+	__attribute__((format(printf, 3, 4)))
+#endif
+	;
+
 /* ---- kernels --------------------------------------------------------------- */
 
 /* The kernel level every kernel family (weights, KV rows, attention) runs at:
@@ -88,6 +98,40 @@ int tkv_alloc_init(struct tkv_alloc **out);
 void tkv_alloc_free(struct tkv_alloc *a);
 /* Fills out with a's counters now (all zero for a NULL a). */
 void tkv_alloc_get_stats(const struct tkv_alloc *a, struct tkv_alloc_stats *out);
+
+/* Memory of your own through an allocator (a may be NULL: uncounted), so
+ * that it counts with the library's. Blocks are 64-byte aligned. What they
+ * return is the caller's and goes back through tkv_free with the same a;
+ * NULL on failure. n == 0 allocates a minimal block; tkv_calloc zeroes and
+ * fails when n * size overflows; tkv_realloc leaves p valid and unchanged on
+ * failure; tkv_strndup copies len bytes of s (borrowed) and adds a NUL;
+ * tkv_free takes NULL. */
+void *tkv_malloc(struct tkv_alloc *a, size_t n);
+void *tkv_calloc(struct tkv_alloc *a, size_t n, size_t size);
+void *tkv_realloc(struct tkv_alloc *a, void *p, size_t n);
+void tkv_free(struct tkv_alloc *a, void *p);
+char *tkv_strndup(struct tkv_alloc *a, const char *s, size_t len);
+
+/* ---- threads --------------------------------------------------------------
+ * A pool of persistent worker threads for work of your own, the pool the
+ * engine runs its kernels on: a run costs microseconds, not thread creation. */
+struct tkv_threads;
+
+/* Starts n_threads - 1 workers (n_threads in [1, 512]; 1: everything runs on
+ * the caller). *out is the caller's: tkv_threads_free. TKV_ERR_ARG or
+ * TKV_ERR_NOMEM (then *out is NULL). */
+int tkv_threads_init(struct tkv_threads **out, int n_threads, struct tkv_error *err);
+/* Stops and joins the workers; p may be NULL. */
+void tkv_threads_free(struct tkv_threads *p);
+/* The number of threads, the caller included (1 for a NULL p). */
+int tkv_threads_n(const struct tkv_threads *p);
+/* Calls fn(ctx, ith, nth) once on each of the nth threads (the caller is
+ * ith 0) and returns when all have returned; p may be NULL (fn(ctx, 0, 1) on
+ * the caller). ctx is borrowed for the call. Not reentrant. */
+void tkv_threads_run(struct tkv_threads *p, void (*fn)(void *ctx, int ith, int nth), void *ctx);
+/* This machine's physical cores (online CPUs when unknown), at least 1: the
+ * engine's default n_threads. */
+int tkv_default_threads(void);
 
 /* ---- model --------------------------------------------------------------
  * A llama-family model from a GGUF file: weights (borrowed from the file's

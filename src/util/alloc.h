@@ -28,16 +28,8 @@ struct tkv_alloc {
 	unsigned long long fail_count;   /* 0 = fail forever once fail_at is reached */
 };
 
-/* Returns NULL on failure (or injected failure). n == 0 allocates a minimal block. */
-void *tkv_malloc(struct tkv_alloc *a, size_t n);
-/* Zeroed; NULL if n*size overflows. */
-void *tkv_calloc(struct tkv_alloc *a, size_t n, size_t size);
-/* Like realloc; on failure returns NULL and leaves p valid and unchanged. */
-void *tkv_realloc(struct tkv_alloc *a, void *p, size_t n);
-/* p may be NULL. */
-void tkv_free(struct tkv_alloc *a, void *p);
-/* Duplicates len bytes of s and adds a NUL. */
-char *tkv_strndup(struct tkv_alloc *a, const char *s, size_t len);
+/* tkv_malloc, tkv_calloc, tkv_realloc, tkv_free and tkv_strndup are public
+ * (tierkv.h): a failure injected by fail_at is a NULL like any other. */
 
 /* n*size with overflow check: returns 0 and sets *out, or -1 on overflow. */
 static inline int tkv_mul_ok(size_t n, size_t size, size_t *out)

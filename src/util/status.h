@@ -14,8 +14,6 @@
 #define TKV_PRINTF(a, b)
 #endif
 
-/* Sets err (if not NULL) to status and the formatted message; returns status so
- * callers can write `return tkv_errf(err, TKV_ERR_FORMAT, "...", ...);`. */
-int tkv_errf(struct tkv_error *err, int status, const char *fmt, ...) TKV_PRINTF(3, 4);
+/* tkv_errf (set an error record and return its status) is public: tierkv.h. */
 
 #endif
