@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "server/srv_impl.h"
-#include "util/alloc.h"
 
 #define INVALID "invalid_request_error"
 

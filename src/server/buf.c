@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "server/srv_impl.h"
-#include "util/alloc.h"
 
 static int buf_reserve(struct srv_buf *b, size_t extra)
 {

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "server/srv_impl.h"
-#include "util/alloc.h"
 
 static const char *const tier_name[3] = { "hot", "warm", "cold" };
 

@@ -21,7 +21,6 @@
 #include <time.h>
 
 #include "server/srv_impl.h"
-#include "util/alloc.h"
 
 #define WAIT_SLICE 0.1      /* seconds between checks for a closed connection */
 #define DISCARD_FACTOR 16   /* read and drop at most this x --max-body of an oversized chunked body */
@@ -436,6 +435,16 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 
 /* ---- routing ------------------------------------------------------------------------ */
 
+/* The API's paths (each also under /v1). */
+static const struct {
+	const char *path;
+	enum route route;
+} routes[] = {
+	{ "/health", R_HEALTH },           { "/metrics", R_METRICS },
+	{ "/models", R_MODELS },           { "/completions", R_COMPLETIONS },
+	{ "/chat/completions", R_CHAT },   { "/cache", R_CACHE },
+};
+
 static enum route route_of(const char *url)
 {
 	const char *ctype;
@@ -444,18 +453,9 @@ static enum route route_of(const char *url)
 		return R_WEB;
 	if (!strncmp(url, "/v1/", 4))
 		url += 3;
-	if (!strcmp(url, "/health"))
-		return R_HEALTH;
-	if (!strcmp(url, "/metrics"))
-		return R_METRICS;
-	if (!strcmp(url, "/models"))
-		return R_MODELS;
-	if (!strcmp(url, "/completions"))
-		return R_COMPLETIONS;
-	if (!strcmp(url, "/chat/completions"))
-		return R_CHAT;
-	if (!strcmp(url, "/cache"))
-		return R_CACHE;
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+		if (!strcmp(url, routes[i].path))
+			return routes[i].route;
 	return R_NONE;
 }
 

@@ -30,7 +30,6 @@
 #include <time.h>
 
 #include "server/srv_impl.h"
-#include "util/alloc.h"
 
 #define ADMIT_FRAC 0.95      /* of --kv-mem that predicted demand may fill */
 #define STATS_PERIOD 0.25    /* seconds between engine statistics snapshots */
@@ -426,6 +425,17 @@ static void admit_queued(struct srv *s, bool hold)
 	}
 }
 
+/* Whether r is to be dropped now: cancelled, or past its deadline (then
+ * counted as a timeout). */
+static bool reap_due(struct srv *s, const struct srv_req *r, double now)
+{
+	if (!r->cancelled && !(r->deadline && now > r->deadline))
+		return false;
+	if (!r->cancelled)
+		atomic_fetch_add(&s->st.timeouts, 1);
+	return true;
+}
+
 /* Drops cancelled and timed-out requests. Under s->mu. Returns how many live
  * ones left. */
 static int reap(struct srv *s, double now)
@@ -435,19 +445,15 @@ static int reap(struct srv *s, double now)
 
 	for (r = s->q_head; r; r = next) {
 		next = r->qnext;
-		if (r->cancelled || (r->deadline && now > r->deadline)) {
+		if (reap_due(s, r, now)) {
 			queue_remove(s, r);
-			if (!r->cancelled)
-				atomic_fetch_add(&s->st.timeouts, 1);
 			fail(s, r, 504, "timeout", "the request timed out waiting in the queue");
 		}
 	}
 	for (r = s->live; r; r = next) {
 		next = r->qnext;
-		if (r->cancelled || (r->deadline && now > r->deadline)) {
+		if (reap_due(s, r, now)) {
 			live_remove(s, r);
-			if (!r->cancelled)
-				atomic_fetch_add(&s->st.timeouts, 1);
 			fail(s, r, 504, "timeout", "the request timed out");
 			n++;
 		}
