@@ -23,6 +23,21 @@ static void usage(FILE *f)
 		"Exit codes: 0 ok, 1 runtime error, 2 usage error.\n");
 }
 
+/* The subcommands, each with argv[0] its own name. */
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+} commands[] = {
+	{ "run", cli_run },
+	{ "inspect", cli_inspect },
+	{ "tokenize", cli_tokenize },
+	{ "gen-model", cli_gen_model },
+	{ "bench", cli_bench },
+	{ "chat", cli_chat },
+	{ "serve", cli_serve },
+	{ "eval", cli_eval },
+};
+
 int main(int argc, char **argv)
 {
 	const char *cmd;
@@ -40,22 +55,9 @@ int main(int argc, char **argv)
 		printf("tierkv 0.1.0 (kernels %s)\n", tkv_kernel_level());
 		return CLI_OK;
 	}
-	if (!strcmp(cmd, "run"))
-		return cli_run(argc - 1, argv + 1);
-	if (!strcmp(cmd, "inspect"))
-		return cli_inspect(argc - 1, argv + 1);
-	if (!strcmp(cmd, "tokenize"))
-		return cli_tokenize(argc - 1, argv + 1);
-	if (!strcmp(cmd, "gen-model"))
-		return cli_gen_model(argc - 1, argv + 1);
-	if (!strcmp(cmd, "bench"))
-		return cli_bench(argc - 1, argv + 1);
-	if (!strcmp(cmd, "chat"))
-		return cli_chat(argc - 1, argv + 1);
-	if (!strcmp(cmd, "serve"))
-		return cli_serve(argc - 1, argv + 1);
-	if (!strcmp(cmd, "eval"))
-		return cli_eval(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (!strcmp(cmd, commands[i].name))
+			return commands[i].run(argc - 1, argv + 1);
 	fprintf(stderr, "tierkv: unknown command '%s'\n", cmd);
 	usage(stderr);
 	return CLI_USAGE;
