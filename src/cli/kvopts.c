@@ -1,6 +1,7 @@
 /* kvopts.c - the KV cache options shared by run, eval, bench and serve. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,20 +182,64 @@ static int fmt_opt(struct cli_args *a, const char *opt, int allow_q8, enum tkv_k
 	return 0;
 }
 
-int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled)
+/* The policy's numeric knobs, one row each: a float of the policy params in
+ * [min, max]; and its on/off knobs, an int each. */
+static const struct {
+	const char *opt;
+	double min, max;
+	size_t off;
+} kv_float_knobs[] = {
+	{ "--kv-hot", 0, 1, offsetof(struct tkv_kv_policy_params, hot_ratio) },
+	{ "--kv-warm", 0, 1, offsetof(struct tkv_kv_policy_params, warm_ratio) },
+	{ "--kv-threshold", 0, 1000, offsetof(struct tkv_kv_policy_params, threshold) },
+	{ "--kv-floor", 0, 1, offsetof(struct tkv_kv_policy_params, gov_floor) },
+	{ "--kv-recency", 0, 1000, offsetof(struct tkv_kv_policy_params, recency_weight) },
+	{ "--kv-semantic", 0, 1000, offsetof(struct tkv_kv_policy_params, semantic_weight) },
+	{ "--kv-decay", 0.5, 1, offsetof(struct tkv_kv_policy_params, decay) },
+};
+static const struct {
+	const char *opt;
+	size_t off;
+} kv_switch_knobs[] = {
+	{ "--kv-completion", offsetof(struct tkv_kv_policy_params, completion) },
+	{ "--kv-rotate", offsetof(struct tkv_kv_policy_params, rotate) },
+	{ "--kv-cold-skip", offsetof(struct tkv_kv_policy_params, cold_skip) },
+	{ "--kv-tight-q8", offsetof(struct tkv_kv_policy_params, tight_q8) },
+};
+
+/* A knob of the tables above: sets *handled when argv[a->i] is one; 0 or
+ * CLI_USAGE after a message. */
+static int kv_knob_option(struct cli_args *a, struct tkv_kv_policy_params *p, int *handled)
 {
-	struct tkv_kv_policy_params *p = &ep->kv;
 	const char *s = a->argv[a->i];
 	double d;
+	int rc;
+
+	*handled = 1;
+	for (size_t i = 0; i < sizeof kv_float_knobs / sizeof kv_float_knobs[0]; i++)
+		if (!strcmp(s, kv_float_knobs[i].opt)) {
+			if (!(rc = cli_float(a, s, kv_float_knobs[i].min, kv_float_knobs[i].max, &d)))
+				*(float *)(void *)((char *)p + kv_float_knobs[i].off) = (float)d;
+			return rc;
+		}
+	for (size_t i = 0; i < sizeof kv_switch_knobs / sizeof kv_switch_knobs[0]; i++)
+		if (!strcmp(s, kv_switch_knobs[i].opt))
+			return on_off(a, s, (int *)(void *)((char *)p + kv_switch_knobs[i].off));
+	*handled = 0;
+	return 0;
+}
+
+/* The options that set the policy's other settings (ep->kv): sets *handled
+ * when argv[a->i] is one; 0 or CLI_USAGE after a message. */
+static int kv_policy_option(struct cli_args *a, struct tkv_kv_policy_params *p, int *handled)
+{
+	const char *s = a->argv[a->i];
 	long x;
 	size_t sz;
 	int rc = 0;
 
 	*handled = 1;
-	if (!strcmp(s, "--kv-mem")) {
-		if (!(rc = cli_size(a, s, &sz)))
-			ep->kv_mem = sz;
-	} else if (!strcmp(s, "--kv-policy")) {
+	if (!strcmp(s, "--kv-policy")) {
 		const char *v = cli_value(a, s);
 		int pol;
 
@@ -213,12 +258,6 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else if (!strcmp(s, "--kv-budget")) {
 		if (!(rc = cli_size(a, s, &sz)))
 			p->seq_budget = sz;
-	} else if (!strcmp(s, "--kv-hot")) {
-		if (!(rc = cli_float(a, s, 0, 1, &d)))
-			p->hot_ratio = (float)d;
-	} else if (!strcmp(s, "--kv-warm")) {
-		if (!(rc = cli_float(a, s, 0, 1, &d)))
-			p->warm_ratio = (float)d;
 	} else if (!strcmp(s, "--kv-warm-fmt")) {
 		rc = fmt_opt(a, s, 1, &p->warm_fmt);
 	} else if (!strcmp(s, "--kv-cold-fmt")) {
@@ -229,35 +268,31 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 	} else if (!strcmp(s, "--kv-window")) {
 		if (!(rc = cli_int(a, s, 1, 1 << 20, &x)))
 			p->n_window = (uint32_t)x;
-	} else if (!strcmp(s, "--kv-completion")) {
-		rc = on_off(a, s, &p->completion);
-	} else if (!strcmp(s, "--kv-rotate")) {
-		rc = on_off(a, s, &p->rotate);
-	} else if (!strcmp(s, "--kv-cold-skip")) {
-		rc = on_off(a, s, &p->cold_skip);
-	} else if (!strcmp(s, "--kv-tight-q8")) {
-		rc = on_off(a, s, &p->tight_q8);
-	} else if (!strcmp(s, "--kv-threshold")) {
-		if (!(rc = cli_float(a, s, 0, 1000, &d)))
-			p->threshold = (float)d;
-	} else if (!strcmp(s, "--kv-floor")) {
-		if (!(rc = cli_float(a, s, 0, 1, &d)))
-			p->gov_floor = (float)d;
 	} else if (!strcmp(s, "--kv-share")) {
 		const char *v = cli_value(a, s);
 
 		if (!v)
 			return CLI_USAGE;
 		rc = cli_share_spec(a, s, v, strlen(v), &p->share_cos, &p->share_from);
-	} else if (!strcmp(s, "--kv-recency")) {
-		if (!(rc = cli_float(a, s, 0, 1000, &d)))
-			p->recency_weight = (float)d;
-	} else if (!strcmp(s, "--kv-semantic")) {
-		if (!(rc = cli_float(a, s, 0, 1000, &d)))
-			p->semantic_weight = (float)d;
-	} else if (!strcmp(s, "--kv-decay")) {
-		if (!(rc = cli_float(a, s, 0.5, 1, &d)))
-			p->decay = (float)d;
+	} else {
+		return kv_knob_option(a, p, handled);
+	}
+	return rc;
+}
+
+/* The options that shape the cache's memory (pool size, storage type, page
+ * size, layer plan) and --kv-stats, the same way as kv_policy_option. */
+static int kv_memory_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled)
+{
+	const char *s = a->argv[a->i];
+	long x;
+	size_t sz;
+	int rc = 0;
+
+	*handled = 1;
+	if (!strcmp(s, "--kv-mem")) {
+		if (!(rc = cli_size(a, s, &sz)))
+			ep->kv_mem = sz;
 	} else if (!strcmp(s, "--kv-type")) {
 		const char *v = cli_value(a, s);
 
@@ -287,6 +322,15 @@ int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, 
 		*handled = 0;
 	}
 	return rc;
+}
+
+int cli_kv_option(struct cli_args *a, struct tkv_engine_params *ep, int *stats, int *handled)
+{
+	int rc = kv_policy_option(a, &ep->kv, handled);
+
+	if (rc || *handled)
+		return rc;
+	return kv_memory_option(a, ep, stats, handled);
 }
 
 int cli_kv_check(struct cli_args *a, const struct tkv_engine_params *ep)
