@@ -271,3 +271,78 @@ uint64_t cli_random_seed(void)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
 }
+
+int cli_model_path(const char *cmd, const char **path)
+{
+	if (!*path && !(*path = cli_bundled_model())) {
+		fprintf(stderr, "tierkv %s: no -m given and the bundled model was not found\n", cmd);
+		return CLI_USAGE;
+	}
+	return CLI_OK;
+}
+
+void cli_print_error(const char *cmd, int st, const struct tkv_error *err)
+{
+	fprintf(stderr, "tierkv %s: %s\n", cmd, err->msg[0] ? err->msg : tkv_status_str(st));
+}
+
+int cli_load_model(const char *cmd, const char *path, const struct tkv_engine_params *ep, struct tkv_model **out,
+		   struct tkv_model_info *info)
+{
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_error err = { 0 };
+	int st;
+
+	if ((st = tkv_model_load(out, path, &mp, &err))) {
+		cli_print_error(cmd, st, &err);
+		return CLI_ERR;
+	}
+	tkv_model_get_info(*out, info);
+	return ep ? cli_check_layer_plan(cmd, ep, info) : CLI_OK;
+}
+
+int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void *o, int *handled)
+{
+	const char *s = a->argv[a->i];
+	char *field;
+	uint64_t u;
+	long x;
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!(t[i].shrt && !strcmp(s, t[i].shrt)) && strcmp(s, t[i].lng))
+			continue;
+		*handled = 1;
+		field = (char *)o + t[i].off;
+		switch (t[i].kind) {
+		case CLI_OPT_HELP:
+			return CLI_HELP;
+		case CLI_OPT_FLAG:
+			*(int *)(void *)field = 1;
+			return 0;
+		case CLI_OPT_STR:
+			return (*(const char **)(void *)field = cli_value(a, s)) ? 0 : CLI_USAGE;
+		case CLI_OPT_LONG:
+			if ((rc = cli_int(a, s, t[i].min, t[i].max, &x)))
+				return rc;
+			*(long *)(void *)field = x;
+			return 0;
+		case CLI_OPT_U64:
+			if ((rc = cli_u64(a, s, &u)))
+				return rc;
+			*(uint64_t *)(void *)field = u;
+			return 0;
+		}
+	}
+	*handled = 0;
+	return 0;
+}
+
+int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats)
+{
+	int handled, rc;
+
+	if ((rc = cli_engine_option(a, ep, stats, &handled)))
+		return rc;
+	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", a->argv[a->i]);
+}

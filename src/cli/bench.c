@@ -24,6 +24,7 @@
  * start and end). */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "util/status.h"
-#include "util/tpool.h"
 
 #define BENCH_MAX_DEPTHS 16
 #define BENCH_MAX_REPS 100
@@ -103,10 +102,53 @@ static int bench_parse_depths(struct cli_args *a, const char *v, struct bench_op
 	return 0;
 }
 
+static const struct cli_opt bench_opts_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct bench_opts, model), 0, 0 },
+	{ "-p", "--n-prompt", CLI_OPT_LONG, offsetof(struct bench_opts, n_prompt), 0, 1L << 20 },
+	{ "-n", "--n-gen", CLI_OPT_LONG, offsetof(struct bench_opts, n_gen), 0, 1L << 20 },
+	{ "-r", "--repetitions", CLI_OPT_LONG, offsetof(struct bench_opts, reps), 1, BENCH_MAX_REPS },
+	{ "-t", "--threads", CLI_OPT_LONG, offsetof(struct bench_opts, threads), 1, 512 },
+	{ "-b", "--batch-size", CLI_OPT_LONG, offsetof(struct bench_opts, batch), 1, 65536 },
+	{ NULL, "--json", CLI_OPT_STR, offsetof(struct bench_opts, json_path), 0, 0 },
+	{ NULL, "--no-bandwidth", CLI_OPT_FLAG, offsetof(struct bench_opts, no_bw), 0, 0 },
+};
+
+/* The options the table cannot hold (lists, the output format), then the
+ * cache's. 0 or CLI_USAGE. */
+static int bench_option(struct cli_args *a, struct bench_opts *o)
+{
+	const char *s = a->argv[a->i], *v = NULL;
+	int handled = 0, rc;
+
+	if (!strcmp(s, "-d") || !strcmp(s, "--depth"))
+		return (v = cli_value(a, s)) ? bench_parse_depths(a, v, o) : CLI_USAGE;
+	if (!strcmp(s, "--policies"))
+		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, o->policies, &o->n_pol) : CLI_USAGE;
+	if (!strcmp(s, "--budgets"))
+		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, o->budgets, BENCH_MAX_BUDGETS, &o->n_bud)
+					     : CLI_USAGE;
+	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
+		return cli_usage_error(a, "%s: bench compares policies and budgets; use --policies and --budgets", s);
+	if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
+		if (!(v = cli_value(a, s)))
+			return CLI_USAGE;
+		if (!strcmp(v, "json"))
+			o->json_stdout = 1;
+		else if (strcmp(v, "md"))
+			return cli_usage_error(a, "--output: '%s' is not md or json", v);
+		return 0;
+	}
+	if (!strncmp(s, "--kv-", 5) && (rc = cli_kv_option(a, &o->ep, NULL, &handled)))
+		return rc;
+	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", s);
+}
+
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "bench" };
-	int rc;
+	int rc, handled;
 
 	memset(o, 0, sizeof *o);
 	o->n_prompt = 512;
@@ -118,66 +160,10 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	o->ep.kv_mem = 0;
 	o->policies[o->n_pol++] = TKV_POLICY_FULL;
 	o->budgets[o->n_bud++] = 1.0;
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i], *v;
-		int handled = 0;
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			bench_help();
-			return -1;
-		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-			if (!(o->model = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-p") || !strcmp(s, "--n-prompt")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 20, &o->n_prompt)))
-				return rc;
-		} else if (!strcmp(s, "-n") || !strcmp(s, "--n-gen")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 20, &o->n_gen)))
-				return rc;
-		} else if (!strcmp(s, "-d") || !strcmp(s, "--depth")) {
-			if (!(v = cli_value(&a, s)))
-				return CLI_USAGE;
-			if ((rc = bench_parse_depths(&a, v, o)))
-				return rc;
-		} else if (!strcmp(s, "-r") || !strcmp(s, "--repetitions")) {
-			if ((rc = cli_int(&a, s, 1, BENCH_MAX_REPS, &o->reps)))
-				return rc;
-		} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
-			if ((rc = cli_int(&a, s, 1, 512, &o->threads)))
-				return rc;
-		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
-			if ((rc = cli_int(&a, s, 1, 65536, &o->batch)))
-				return rc;
-		} else if (!strcmp(s, "--policies")) {
-			if (!(v = cli_value(&a, s)) || (rc = cli_parse_policies(&a, s, v, o->policies, &o->n_pol)))
-				return v ? rc : CLI_USAGE;
-		} else if (!strcmp(s, "--budgets")) {
-			if (!(v = cli_value(&a, s)) ||
-			    (rc = cli_parse_fractions(&a, s, v, o->budgets, BENCH_MAX_BUDGETS, &o->n_bud)))
-				return v ? rc : CLI_USAGE;
-		} else if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget")) {
-			return cli_usage_error(&a, "%s: bench compares policies and budgets; use --policies and --budgets", s);
-		} else if (!strncmp(s, "--kv-", 5)) {
-			if ((rc = cli_kv_option(&a, &o->ep, NULL, &handled)))
-				return rc;
-			if (!handled)
-				return cli_usage_error(&a, "unknown option '%s'", s);
-		} else if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
-			if (!(v = cli_value(&a, s)))
-				return CLI_USAGE;
-			if (!strcmp(v, "json"))
-				o->json_stdout = 1;
-			else if (strcmp(v, "md"))
-				return cli_usage_error(&a, "--output: '%s' is not md or json", v);
-		} else if (!strcmp(s, "--json")) {
-			if (!(o->json_path = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--no-bandwidth")) {
-			o->no_bw = 1;
-		} else {
-			return cli_usage_error(&a, "unknown option '%s'", s);
-		}
-	}
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(bench_opts_table), o, &handled)) ||
+		    (!handled && (rc = bench_option(&a, o))))
+			return rc;
 	if (!o->model)
 		return cli_usage_error(&a, "-m MODEL is required");
 	if (o->n_prompt == 0 && o->n_gen == 0)
@@ -221,7 +207,7 @@ static void bw_worker(void *ctx, int ith, int nth)
 }
 
 /* Best bytes/s of `passes` passes over segs with the pool's threads. */
-static double bw_measure(struct tpool *tp, const struct bw_seg *segs, size_t n_segs, int passes)
+static double bw_measure(struct tkv_threads *tp, const struct bw_seg *segs, size_t n_segs, int passes)
 {
 	struct bw_job *j = calloc(1, sizeof *j);
 	double best = 0.0;
@@ -232,11 +218,11 @@ static double bw_measure(struct tpool *tp, const struct bw_seg *segs, size_t n_s
 	j->n_segs = n_segs;
 	for (size_t g = 0; g < n_segs; g++)
 		j->total += segs[g].n;
-	tpool_run(tp, bw_worker, j); /* warm: page tables, thread wake-up */
+	tkv_threads_run(tp, bw_worker, j); /* warm: page tables, thread wake-up */
 	for (int pass = 0; pass < passes; pass++) {
 		double t0 = cli_now(), dt;
 
-		tpool_run(tp, bw_worker, j);
+		tkv_threads_run(tp, bw_worker, j);
 		dt = cli_now() - t0;
 		if (dt > 0 && j->total / dt > best)
 			best = j->total / dt;
@@ -263,12 +249,12 @@ static double bench_bandwidth(int n_threads)
 		return 0.0;
 	}
 	if (pid == 0) {
-		struct tpool *tp = NULL;
+		struct tkv_threads *tp = NULL;
 		unsigned char *buf = malloc(BENCH_BW_BYTES);
 		double r = 0.0;
 
 		close(fds[0]);
-		if (buf && tpool_init(&tp, n_threads, NULL, NULL) == TKV_OK) {
+		if (buf && tkv_threads_init(&tp, n_threads, NULL) == TKV_OK) {
 			struct bw_seg seg = { buf, BENCH_BW_BYTES };
 
 			memset(buf, 1, BENCH_BW_BYTES);
@@ -293,14 +279,14 @@ static double bench_bandwidth(int n_threads)
  * or slower than another by half, and the host's other tenants change it
  * from second to second, so decode tests measure it again before each run). */
 struct bench_bw {
-	struct tpool *tp;
+	struct tkv_threads *tp;
 	struct bw_seg *segs;
 	size_t n_segs;
 };
 
 static void bench_bw_free(struct bench_bw *b)
 {
-	tpool_free(b->tp);
+	tkv_threads_free(b->tp);
 	free(b->segs);
 	memset(b, 0, sizeof *b);
 }
@@ -312,7 +298,7 @@ static int bench_bw_init(struct bench_bw *b, const struct tkv_model *m, int n_th
 
 	memset(b, 0, sizeof *b);
 	b->segs = calloc(n, sizeof *b->segs);
-	if (!spans || !b->segs || tpool_init(&b->tp, n_threads, NULL, NULL) != TKV_OK) {
+	if (!spans || !b->segs || tkv_threads_init(&b->tp, n_threads, NULL) != TKV_OK) {
 		free(spans);
 		bench_bw_free(b);
 		return -1;
@@ -487,18 +473,49 @@ static int bench_test(const struct tkv_seq *base, const struct tkv_model *m,
 	return TKV_OK;
 }
 
+/* ---- a bench run ---------------------------------------------------------------- */
+
+/* What one `tierkv bench` holds from setup to report (freed by bench_ctx_free). */
+struct bench_ctx {
+	struct bench_opts o;
+	struct tkv_model *m;
+	struct tkv_model_info info;
+	char type_name[32];         /* the model's weight type */
+	uint64_t wbytes;            /* weight bytes one decoded token reads */
+	uint64_t fbytes;            /* tensor bytes in the file */
+	double bw, bw_fresh;        /* bytes/s reading the weights, and a fresh buffer (0: not measured) */
+	struct bench_bw bwm;        /* the weights' segments, for the reads before each decode run */
+	int32_t *ids;               /* (max(depth, n_prompt) + 1) token scratch */
+	float *logits;              /* (n_vocab) */
+	struct bench_result *res;   /* (depths x 2 x policies x budgets) */
+	int n_res;
+	FILE *jf;                   /* --json FILE, or NULL */
+};
+
+static void bench_ctx_free(struct bench_ctx *x)
+{
+	if (x->jf)
+		fclose(x->jf);
+	bench_bw_free(&x->bwm);
+	free(x->res);
+	free(x->ids);
+	free(x->logits);
+	tkv_model_free(x->m);
+}
+
 /* ---- output --------------------------------------------------------------------- */
 
-static void bench_json(FILE *f, const struct tkv_model_info *in, const struct bench_opts *o, const char *type_name,
-		       uint64_t size, double bw, double bw_fresh, const struct bench_result *r)
+static void bench_json(FILE *f, const struct bench_ctx *x, const struct bench_result *r)
 {
+	const struct bench_opts *o = &x->o;
+
 	fprintf(f, "{\"model\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, "
 		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", "
 		"\"kv_policy\": \"%s\", \"kv_budget\": %g, \"test\": \"%s\", "
 		"\"n_prompt\": %ld, \"n_gen\": %ld, \"n_depth\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
-		o->model, type_name, (unsigned long long)size, (unsigned long long)in->n_params, tkv_kernel_level(),
-		o->threads, o->batch, o->ep.kv_type == TKV_KV_F32 ? "f32" : "f16", tkv_policy_name(r->policy), r->budget,
-		r->test, r->n_prompt, r->n_gen, r->depth, r->mean, r->sd);
+		o->model, x->type_name, (unsigned long long)x->fbytes, (unsigned long long)x->info.n_params,
+		tkv_kernel_level(), o->threads, o->batch, o->ep.kv_type == TKV_KV_F32 ? "f32" : "f16",
+		tkv_policy_name(r->policy), r->budget, r->test, r->n_prompt, r->n_gen, r->depth, r->mean, r->sd);
 	for (int i = 0; i < r->n_reps; i++)
 		fprintf(f, "%s%.3f", i ? ", " : "", r->ts[i]);
 	fprintf(f, "], \"kv_allocated\": %zu, \"kv_bytes\": %.0f, \"kv_full_f16\": %.0f, \"pages_read\": %llu, "
@@ -506,52 +523,83 @@ static void bench_json(FILE *f, const struct tkv_model_info *in, const struct be
 		"\"mem_bw_gbs\": %.3f, \"mem_bw_fresh_gbs\": %.3f",
 		r->kv_allocated, r->kv_bytes, r->kv_full, (unsigned long long)r->pages_read,
 		(unsigned long long)r->pages_skipped, (unsigned long long)r->compact_slots, (double)r->compact_ns / 1e6,
-		r->peak_rss, (r->bw_mean > 0 ? r->bw_mean : bw) / 1e9,
-		bw_fresh / 1e9);
+		r->peak_rss, (r->bw_mean > 0 ? r->bw_mean : x->bw) / 1e9,
+		x->bw_fresh / 1e9);
 	if (r->n_gen && r->limit_ts > 0)
 		fprintf(f, ", \"bytes_per_token\": %.0f, \"limit_ts\": %.3f, \"frac_of_limit\": %.4f", r->bytes_per_token,
 			r->limit_ts, r->frac);
 	fprintf(f, "}\n");
 }
 
-static void bench_emit(FILE *jf, const struct tkv_model_info *in, const struct bench_opts *o, const char *type_name,
-		       uint64_t size, double bw, double bw_fresh, const struct bench_result *r)
+static void bench_emit(const struct bench_ctx *x, const struct bench_result *r)
 {
 	fprintf(stderr, "tierkv bench: %s, %s at %g: %.2f ± %.2f t/s, K+V %.1f MB (%.0f%% of f16)\n", r->test,
 		tkv_policy_name(r->policy), r->budget, r->mean, r->sd, r->kv_bytes / 1e6,
 		r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0);
-	if (o->json_stdout)
-		bench_json(stdout, in, o, type_name, size, bw, bw_fresh, r);
-	if (jf)
-		bench_json(jf, in, o, type_name, size, bw, bw_fresh, r);
+	if (x->o.json_stdout)
+		bench_json(stdout, x, r);
+	if (x->jf)
+		bench_json(x->jf, x, r);
 }
+
+/* The markdown table of every result, and the bandwidth note under it. */
+static void bench_print_table(const struct bench_ctx *x)
+{
+	const struct bench_opts *o = &x->o;
+	char size[32];
+
+	printf("| model | size | kernels | threads | policy | budget | test | t/s | limit t/s | of limit | K+V | "
+	       "of f16 | pages skipped | peak RSS |\n");
+	printf("| --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	for (int i = 0; i < x->n_res; i++) {
+		const struct bench_result *r = &x->res[i];
+		char lim[32] = "", frac[32] = "", kv[32], rss[32], skip[32] = "";
+
+		if (r->limit_ts > 0) {
+			snprintf(lim, sizeof lim, "%.2f", r->limit_ts);
+			snprintf(frac, sizeof frac, "%.0f%%", 100.0 * r->frac);
+		}
+		if (r->pages_read + r->pages_skipped > 0)
+			snprintf(skip, sizeof skip, "%.0f%%",
+				 100.0 * (double)r->pages_skipped / (double)(r->pages_read + r->pages_skipped));
+		printf("| llama %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
+		       x->info.name[0] ? x->info.name : "?", x->type_name, cli_fmt_bytes(size, sizeof size, (double)x->fbytes),
+		       tkv_kernel_level(), o->threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
+		       lim, frac, cli_fmt_bytes(kv, sizeof kv, r->kv_bytes),
+		       r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0, skip,
+		       cli_fmt_bytes(rss, sizeof rss, (double)r->peak_rss));
+	}
+	if (x->bw > 0)
+		printf("\nmemory bandwidth %.2f GB/s reading the weights, %.2f GB/s a fresh 512 MiB buffer (%ld "
+		       "threads, best of %d passes, at start); decode limit = bandwidth reading the weights (measured "
+		       "again before each run) / (%.1f MB of weights + the K+V bytes the run's sequence held)\n",
+		       x->bw / 1e9, x->bw_fresh / 1e9, o->threads, BENCH_BW_PASSES, x->wbytes / 1e6);
+}
+
+/* ---- the command ------------------------------------------------------------------ */
 
 /* Every test of one policy at one budget: for each depth, a sequence filled
  * once, then pp and tg on copies of it. */
-static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tkv_policy pol, double budget,
-			int32_t *ids, float *logits, const struct bench_bw *bwm, double wbytes, FILE *jf,
-			const char *type_name, uint64_t fbytes, double bw, double bw_fresh, struct bench_result *res,
-			int *n_res, struct tkv_error *err)
+static int bench_policy(struct bench_ctx *x, enum tkv_policy pol, double budget, struct tkv_error *err)
 {
+	const struct bench_opts *o = &x->o;
+	const struct bench_bw *bwm = o->no_bw ? NULL : &x->bwm;
 	struct tkv_engine_params ep = o->ep;
 	struct tkv_engine *e = NULL;
-	struct tkv_model_info info;
 	int st = TKV_OK;
-
-	tkv_model_get_info(m, &info);
 
 	ep.kv.policy = pol;
 	ep.kv.seq_budget = 0;
-	if ((st = tkv_engine_init(&e, m, &ep, err)))
+	if ((st = tkv_engine_init(&e, x->m, &ep, err)))
 		return st;
 	for (int di = 0; di < o->n_depths && !st; di++) {
 		long d = o->depths[di];
 
 		for (int kind = 0; kind < 2 && !st; kind++) {
 			long np = kind == 0 ? o->n_prompt : 0, ng = kind == 1 ? o->n_gen : 0;
-			struct bench_result *r = &res[*n_res];
+			struct bench_result *r = &x->res[x->n_res];
 			struct tkv_seq *base = NULL;
-			size_t cap = budget < 1.0 ? (size_t)(budget * (double)tkv_model_kv_bytes(m, d + np + ng)) : 0;
+			size_t cap = budget < 1.0 ? (size_t)(budget * (double)tkv_model_kv_bytes(x->m, d + np + ng)) : 0;
 
 			if (!np && !ng)
 				continue;
@@ -559,15 +607,15 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 			r->policy = pol;
 			r->budget = budget;
 			r->depth = d;
-			if ((st = bench_fill(e, info.n_vocab, d, cap, ids, &base, err)))
+			if ((st = bench_fill(e, x->info.n_vocab, d, cap, x->ids, &base, err)))
 				break;
 			/* like kv_bytes, the mean of the run's start and end */
-			r->kv_full = (double)tkv_model_kv_bytes(m, (size_t)d + (np + ng) / 2);
-			st = bench_test(base, m, o, np, ng, ids, logits, bwm, wbytes, r, err);
+			r->kv_full = (double)tkv_model_kv_bytes(x->m, (size_t)d + (np + ng) / 2);
+			st = bench_test(base, x->m, o, np, ng, x->ids, x->logits, bwm, (double)x->wbytes, r, err);
 			tkv_seq_free(base);
 			if (!st) {
-				bench_emit(jf, &info, o, type_name, fbytes, bw, bw_fresh, r);
-				(*n_res)++;
+				bench_emit(x, r);
+				x->n_res++;
 			}
 		}
 	}
@@ -575,121 +623,83 @@ static int bench_policy(const struct bench_opts *o, struct tkv_model *m, enum tk
 	return st;
 }
 
+/* Everything before the first test: the fresh-buffer bandwidth (before the
+ * model and its threads exist: the child forks a quiet process), the --json
+ * file, the model, the bandwidth reading its weights, the engine parameters
+ * and the buffers; then the header line. CLI_OK, CLI_USAGE or CLI_ERR after a
+ * message. */
+static int bench_setup(struct bench_ctx *x)
+{
+	struct bench_opts *o = &x->o;
+	long max_depth = 0, max_len;
+	char size[32];
+	int rc;
+
+	if (!o->threads)
+		o->threads = tkv_default_threads();
+	for (int i = 0; i < o->n_depths; i++)
+		if (o->depths[i] > max_depth)
+			max_depth = o->depths[i];
+	max_len = max_depth + (o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen);
+	if (!o->no_bw)
+		x->bw_fresh = bench_bandwidth((int)o->threads);
+	if (o->json_path && !(x->jf = fopen(o->json_path, "w"))) {
+		fprintf(stderr, "tierkv bench: cannot create %s: %s\n", o->json_path, strerror(errno));
+		return CLI_ERR;
+	}
+	if ((rc = cli_load_model("bench", o->model, &o->ep, &x->m, &x->info)))
+		return rc;
+	if (!o->no_bw && bench_bw_init(&x->bwm, x->m, (int)o->threads) == 0)
+		x->bw = bench_bw_measure(&x->bwm, BENCH_BW_PASSES);
+	o->ep.n_threads = (int)o->threads;
+	o->ep.n_batch = (uint32_t)o->batch;
+	o->ep.n_ctx = (uint32_t)max_len;
+	x->ids = malloc((size_t)(max_depth > o->n_prompt ? max_depth : o->n_prompt) * sizeof *x->ids + sizeof *x->ids);
+	x->logits = malloc((size_t)x->info.n_vocab * sizeof *x->logits);
+	x->res = calloc((size_t)o->n_depths * 2 * o->n_pol * o->n_bud, sizeof *x->res);
+	if (!x->ids || !x->logits || !x->res) {
+		fprintf(stderr, "tierkv bench: out of memory\n");
+		return CLI_ERR;
+	}
+	x->wbytes = tkv_model_token_weight_bytes(x->m);
+	x->fbytes = tkv_model_file_tensor_bytes(x->m);
+	snprintf(x->type_name, sizeof x->type_name, "%s", tkv_dtype_name(x->info.weight_type));
+	fprintf(stderr, "tierkv bench: %s (%s, %s), %ld threads, kernels %s, memory bandwidth %.2f GB/s reading the "
+		"weights (%.2f GB/s a fresh buffer), %.1f MB of weights read per token\n", o->model, x->type_name,
+		cli_fmt_bytes(size, sizeof size, (double)x->fbytes), o->threads, tkv_kernel_level(), x->bw / 1e9,
+		x->bw_fresh / 1e9, x->wbytes / 1e6);
+	return CLI_OK;
+}
+
 int cli_bench(int argc, char **argv)
 {
-	struct bench_opts o;
-	struct tkv_model *m = NULL;
-	struct tkv_model_info info;
-	struct tkv_model_params mp = tkv_model_default_params();
+	struct bench_ctx x = { 0 };
 	struct tkv_error err = { 0 };
-	struct bench_result *res = NULL;
-	int n_res = 0, rc = CLI_ERR, st;
-	int32_t *ids = NULL;
-	float *logits = NULL;
-	FILE *jf = NULL;
-	long max_depth = 0, max_len;
-	double bw = 0.0, bw_fresh = 0.0;
-	struct bench_bw bwm = { 0 };
-	uint64_t wbytes, fbytes;
-	char type_name[32], b1[32], b2[32];
+	int rc, st;
 
 	for (int i = 1; i < argc; i++) /* concurrent sequences per policy: bench_serve.c */
 		if (!strcmp(argv[i], "--serve"))
 			return cli_bench_serve(argc, argv);
-	st = bench_parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
+	st = bench_parse(argc, argv, &x.o);
+	if (st == CLI_HELP)
+		bench_help();
 	if (st)
-		return st;
-	if (!o.threads)
-		o.threads = tpool_default_threads();
-	for (int i = 0; i < o.n_depths; i++)
-		if (o.depths[i] > max_depth)
-			max_depth = o.depths[i];
-	max_len = max_depth + (o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen);
-
-	/* before the model and its threads exist: the child forks a quiet process */
-	if (!o.no_bw)
-		bw_fresh = bench_bandwidth((int)o.threads);
-	if (o.json_path && !(jf = fopen(o.json_path, "w"))) {
-		fprintf(stderr, "tierkv bench: cannot create %s: %s\n", o.json_path, strerror(errno));
-		return CLI_ERR;
-	}
-	if ((st = tkv_model_load(&m, o.model, &mp, &err)))
-		goto fail;
-	tkv_model_get_info(m, &info);
-	if ((rc = cli_check_layer_plan("bench", &o.ep, &info)))
+		return st == CLI_HELP ? CLI_OK : st;
+	if ((rc = bench_setup(&x)))
 		goto out;
-	rc = CLI_ERR;
-	if (!o.no_bw && bench_bw_init(&bwm, m, (int)o.threads) == 0)
-		bw = bench_bw_measure(&bwm, BENCH_BW_PASSES);
-	o.ep.n_threads = (int)o.threads;
-	o.ep.n_batch = (uint32_t)o.batch;
-	o.ep.n_ctx = (uint32_t)max_len;
-	ids = malloc((size_t)(max_depth > o.n_prompt ? max_depth : o.n_prompt) * sizeof *ids + sizeof *ids);
-	logits = malloc((size_t)info.n_vocab * sizeof *logits);
-	res = calloc((size_t)o.n_depths * 2 * o.n_pol * o.n_bud, sizeof *res);
-	if (!ids || !logits || !res) {
-		fprintf(stderr, "tierkv bench: out of memory\n");
-		goto out;
-	}
-	wbytes = tkv_model_token_weight_bytes(m);
-	fbytes = tkv_model_file_tensor_bytes(m);
-	snprintf(type_name, sizeof type_name, "%s", tkv_dtype_name(info.weight_type));
-	fprintf(stderr, "tierkv bench: %s (%s, %s), %ld threads, kernels %s, memory bandwidth %.2f GB/s reading the "
-		"weights (%.2f GB/s a fresh buffer), %.1f MB of weights read per token\n", o.model, type_name,
-		cli_fmt_bytes(b1, sizeof b1, (double)fbytes), o.threads, tkv_kernel_level(), bw / 1e9, bw_fresh / 1e9,
-		wbytes / 1e6);
-
-	for (size_t pi = 0; pi < o.n_pol; pi++)
-		for (size_t bi = 0; bi < o.n_bud; bi++) {
-			if (o.budgets[bi] < 1.0 && o.policies[pi] == TKV_POLICY_FULL)
+	for (size_t pi = 0; pi < x.o.n_pol; pi++)
+		for (size_t bi = 0; bi < x.o.n_bud; bi++) {
+			if (x.o.budgets[bi] < 1.0 && x.o.policies[pi] == TKV_POLICY_FULL)
 				continue; /* full never evicts: a cap would only stop it */
-			if ((st = bench_policy(&o, m, o.policies[pi], o.budgets[bi], ids, logits, o.no_bw ? NULL : &bwm,
-					       (double)wbytes, jf, type_name, fbytes, bw, bw_fresh, res, &n_res, &err)))
-				goto fail;
-		}
-
-	if (!o.json_stdout) {
-		printf("| model | size | kernels | threads | policy | budget | test | t/s | limit t/s | of limit | K+V | "
-		       "of f16 | pages skipped | peak RSS |\n");
-		printf("| --- | ---: | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-		for (int i = 0; i < n_res; i++) {
-			const struct bench_result *r = &res[i];
-			char lim[32] = "", frac[32] = "", kv[32], rss[32], skip[32] = "";
-
-			if (r->limit_ts > 0) {
-				snprintf(lim, sizeof lim, "%.2f", r->limit_ts);
-				snprintf(frac, sizeof frac, "%.0f%%", 100.0 * r->frac);
+			if ((st = bench_policy(&x, x.o.policies[pi], x.o.budgets[bi], &err))) {
+				cli_print_error("bench", st, &err);
+				rc = CLI_ERR;
+				goto out;
 			}
-			if (r->pages_read + r->pages_skipped > 0)
-				snprintf(skip, sizeof skip, "%.0f%%",
-					 100.0 * (double)r->pages_skipped / (double)(r->pages_read + r->pages_skipped));
-			printf("| llama %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
-			       info.name[0] ? info.name : "?", type_name, cli_fmt_bytes(b2, sizeof b2, (double)fbytes),
-			       tkv_kernel_level(), o.threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
-			       lim, frac, cli_fmt_bytes(kv, sizeof kv, r->kv_bytes),
-			       r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0, skip,
-			       cli_fmt_bytes(rss, sizeof rss, (double)r->peak_rss));
 		}
-		if (bw > 0)
-			printf("\nmemory bandwidth %.2f GB/s reading the weights, %.2f GB/s a fresh 512 MiB buffer (%ld "
-			       "threads, best of %d passes, at start); decode limit = bandwidth reading the weights (measured "
-			       "again before each run) / (%.1f MB of weights + the K+V bytes the run's sequence held)\n",
-			       bw / 1e9, bw_fresh / 1e9, o.threads, BENCH_BW_PASSES, wbytes / 1e6);
-	}
-	rc = CLI_OK;
-	goto out;
-
-fail:
-	fprintf(stderr, "tierkv bench: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
+	if (!x.o.json_stdout)
+		bench_print_table(&x);
 out:
-	if (jf)
-		fclose(jf);
-	bench_bw_free(&bwm);
-	free(res);
-	free(ids);
-	free(logits);
-	tkv_model_free(m);
+	bench_ctx_free(&x);
 	return rc;
 }

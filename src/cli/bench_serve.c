@@ -18,6 +18,7 @@
  *
  * Aggregate tokens/s counts every token the batch steps processed (prompt and
  * generated) over the wall time of the run; decode tokens/s only generated. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +54,53 @@ static void bs_help(void)
 	cli_kv_help();
 }
 
+static const struct cli_opt bs_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct bs_opts, model), 0, 0 },
+	{ "-N", "--seqs", CLI_OPT_LONG, offsetof(struct bs_opts, n_seqs), 1, 4096 },
+	{ "-L", "--len", CLI_OPT_LONG, offsetof(struct bs_opts, len), 2, 1L << 20 },
+	{ "-P", "--prompt", CLI_OPT_LONG, offsetof(struct bs_opts, prompt), 1, 1L << 20 },
+	{ NULL, "--policies", CLI_OPT_STR, offsetof(struct bs_opts, policies), 0, 0 },
+};
+
+/* --serve itself, the engine's threads and batch, the output format, then
+ * the cache's options. 0 or CLI_USAGE. */
+static int bs_option(struct cli_args *a, struct bs_opts *o)
+{
+	const char *s = a->argv[a->i], *v;
+	int handled, rc;
+	long x;
+
+	if (!strcmp(s, "--serve"))
+		return 0;
+	if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
+		if (!(rc = cli_int(a, s, 1, 512, &x)))
+			o->ep.n_threads = (int)x;
+		return rc;
+	}
+	if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
+		if (!(rc = cli_int(a, s, 1, 65536, &x)))
+			o->ep.n_batch = (uint32_t)x;
+		return rc;
+	}
+	if (!strcmp(s, "-o")) {
+		if (!(v = cli_value(a, s)))
+			return CLI_USAGE;
+		if (strcmp(v, "json") && strcmp(v, "md"))
+			return cli_usage_error(a, "-o: '%s' is not md or json", v);
+		o->json = !strcmp(v, "json");
+		return 0;
+	}
+	if ((rc = cli_kv_option(a, &o->ep, NULL, &handled)))
+		return rc;
+	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", s);
+}
+
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int bs_parse(int argc, char **argv, struct bs_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "bench --serve" };
-	long x;
-	int rc;
+	int rc, handled;
 
 	memset(o, 0, sizeof *o);
 	o->n_seqs = 64;
@@ -68,52 +111,10 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
 	o->ep.kv.gov_floor = 0.25f; /* the quality bar: see the head comment */
 	o->ep.n_batch = 256;
 	o->policies = "full,window,h2o,snapkv,tova,attn-threshold,semantic,streaming,kivi,tiered,adaptive";
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i], *v;
-
-		if (!strcmp(s, "--serve")) {
-			continue;
-		} else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			bs_help();
-			return -1;
-		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-			if (!(o->model = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-N") || !strcmp(s, "--seqs")) {
-			if ((rc = cli_int(&a, s, 1, 4096, &o->n_seqs)))
-				return rc;
-		} else if (!strcmp(s, "-L") || !strcmp(s, "--len")) {
-			if ((rc = cli_int(&a, s, 2, 1L << 20, &o->len)))
-				return rc;
-		} else if (!strcmp(s, "-P") || !strcmp(s, "--prompt")) {
-			if ((rc = cli_int(&a, s, 1, 1L << 20, &o->prompt)))
-				return rc;
-		} else if (!strcmp(s, "--policies")) {
-			if (!(o->policies = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
-			if ((rc = cli_int(&a, s, 1, 512, &x)))
-				return rc;
-			o->ep.n_threads = (int)x;
-		} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
-			if ((rc = cli_int(&a, s, 1, 65536, &x)))
-				return rc;
-			o->ep.n_batch = (uint32_t)x;
-		} else if (!strcmp(s, "-o")) {
-			if (!(v = cli_value(&a, s)))
-				return CLI_USAGE;
-			if (strcmp(v, "json") && strcmp(v, "md"))
-				return cli_usage_error(&a, "-o: '%s' is not md or json", v);
-			o->json = !strcmp(v, "json");
-		} else {
-			int handled;
-
-			if ((rc = cli_kv_option(&a, &o->ep, NULL, &handled)))
-				return rc;
-			if (!handled)
-				return cli_usage_error(&a, "unknown option '%s'", s);
-		}
-	}
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(bs_table), o, &handled)) ||
+		    (!handled && (rc = bs_option(&a, o))))
+			return rc;
 	if (o->prompt >= o->len)
 		return cli_usage_error(&a, "-P %ld must be below -L %ld", o->prompt, o->len);
 	return cli_kv_check(&a, &o->ep);
@@ -306,31 +307,26 @@ int cli_bench_serve(int argc, char **argv)
 {
 	struct bs_opts o;
 	struct tkv_model *m = NULL;
-	struct tkv_model_params mp = tkv_model_default_params();
-	struct tkv_error err = { 0 };
+	struct tkv_model_info mi;
 	char list[512], b1[32], b2[32];
 	int st, rc = CLI_OK;
 	long full_held = 0;
 
 	st = bs_parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
+	if (st == CLI_HELP)
+		bs_help();
 	if (st)
-		return st;
-	if (!o.model && !(o.model = cli_bundled_model())) {
-		fprintf(stderr, "tierkv bench --serve: no -m given and the bundled model was not found\n");
-		return CLI_USAGE;
-	}
+		return st == CLI_HELP ? CLI_OK : st;
+	if ((rc = cli_model_path("bench --serve", &o.model)))
+		return rc;
 	snprintf(list, sizeof list, "%s", o.policies);
 	for (char *p = strtok(list, ","); p; p = strtok(NULL, ","))
 		if (tkv_policy_parse(p) < 0) {
 			fprintf(stderr, "tierkv bench --serve: --policies: unknown policy '%s'\n", p);
 			return CLI_USAGE;
 		}
-	if (tkv_model_load(&m, o.model, &mp, &err)) {
-		fprintf(stderr, "tierkv bench: %s\n", err.msg);
-		return CLI_ERR;
-	}
+	if ((rc = cli_load_model("bench", o.model, NULL, &m, &mi)))
+		return rc;
 	if (!o.json) {
 		printf("bench --serve: %ld sequences of %ld tokens (%ld prompt), KV budget %s, %zu K+V bytes/token (f16)\n\n",
 		       o.n_seqs, o.len, o.prompt, o.ep.kv_mem ? cli_fmt_bytes(b1, sizeof b1, (double)o.ep.kv_mem) : "unlimited",
@@ -357,10 +353,8 @@ int cli_bench_serve(int argc, char **argv)
 			       p, o.n_seqs, o.len, o.ep.kv_mem, r.held, r.tok_total / r.secs, r.tok_gen / r.secs,
 			       r.ks.peak_allocated, r.ks.pool_mean, r.ks.pool_min, (unsigned long long)r.ks.gov_runs, (unsigned long long)r.ks.evicted, (unsigned long long)r.ks.demoted, r.secs);
 		} else {
-			struct tkv_model_info mi;
 			double slots;
 
-			tkv_model_get_info(m, &mi);
 			slots = r.tok_total * mi.n_layer * mi.n_kv_head;
 			snprintf(b2, sizeof b2, "%.2f", full_held ? (double)r.held / (double)full_held : 0.0);
 			printf("| %-14s | %4ld | %6s | %8.0f | %10.0f | %10s | %9.3f | %8.3f | %9.1f | %9.1f | %5.2f |\n", p,

@@ -12,6 +12,7 @@
  * at f16, and past it the cache policy decides what is demoted or evicted,
  * while positions go on counting (up to --max-pos, where the conversation
  * starts over from its system prompt). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,30 +92,18 @@ static void chat_help(void)
 }
 
 /* Options that are chat's own; the rest are the sampler's, the engine's and the cache's. */
-static int parse_own(struct cli_args *a, struct chat_opts *o, int *handled)
-{
-	const char *s = a->argv[a->i];
+static const struct cli_opt chat_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct chat_opts, model), 0, 0 },
+	{ "-sys", "--system", CLI_OPT_STR, offsetof(struct chat_opts, system), 0, 0 },
+	{ NULL, "--chat-template", CLI_OPT_STR, offsetof(struct chat_opts, tmpl), 0, 0 },
+	{ "-n", "--n-predict", CLI_OPT_LONG, offsetof(struct chat_opts, n_predict), -1, 1L << 30 },
+	{ NULL, "--max-pos", CLI_OPT_LONG, offsetof(struct chat_opts, max_pos), 16, 1L << 22 },
+	{ NULL, "--ignore-eos", CLI_OPT_FLAG, offsetof(struct chat_opts, ignore_eos), 0, 0 },
+	{ "-v", "--verbose", CLI_OPT_FLAG, offsetof(struct chat_opts, verbose), 0, 0 },
+};
 
-	*handled = 1;
-	if (!strcmp(s, "-m") || !strcmp(s, "--model"))
-		return (o->model = cli_value(a, s)) ? 0 : CLI_USAGE;
-	if (!strcmp(s, "-sys") || !strcmp(s, "--system"))
-		return (o->system = cli_value(a, s)) ? 0 : CLI_USAGE;
-	if (!strcmp(s, "--chat-template"))
-		return (o->tmpl = cli_value(a, s)) ? 0 : CLI_USAGE;
-	if (!strcmp(s, "-n") || !strcmp(s, "--n-predict"))
-		return cli_int(a, s, -1, 1L << 30, &o->n_predict);
-	if (!strcmp(s, "--max-pos"))
-		return cli_int(a, s, 16, 1L << 22, &o->max_pos);
-	if (!strcmp(s, "--ignore-eos"))
-		o->ignore_eos = 1;
-	else if (!strcmp(s, "-v") || !strcmp(s, "--verbose"))
-		o->verbose = 1;
-	else
-		*handled = 0;
-	return 0;
-}
-
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct chat_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "chat" };
@@ -124,25 +113,11 @@ static int parse(int argc, char **argv, struct chat_opts *o)
 	o->n_predict = -1;
 	o->sp = tkv_sampler_default_params();
 	o->ep = tkv_engine_default_params();
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i];
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			chat_help();
-			return -1;
-		}
-		if ((rc = parse_own(&a, o, &handled)) || handled)
-			goto next;
-		if ((rc = cli_sampler_option(&a, &o->sp, &o->seed_set, &handled)) || handled)
-			goto next;
-		if ((rc = cli_engine_option(&a, &o->ep, &o->kv_stats, &handled)))
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(chat_table), o, &handled)) ||
+		    (!handled && (rc = cli_sampler_option(&a, &o->sp, &o->seed_set, &handled))) ||
+		    (!handled && (rc = cli_engine_or_unknown(&a, &o->ep, &o->kv_stats))))
 			return rc;
-		if (!handled)
-			return cli_usage_error(&a, "unknown option '%s'", s);
-next:
-		if (rc)
-			return rc;
-	}
 	if ((rc = cli_kv_check(&a, &o->ep)))
 		return rc;
 	if (o->tmpl) {
@@ -647,12 +622,12 @@ int cli_chat(int argc, char **argv)
 	char b[32];
 	int rc, st;
 
-	if ((st = parse(argc, argv, &o)))
-		return st == -1 ? CLI_OK : st;
-	if (!o.model && !(o.model = cli_bundled_model())) {
-		fprintf(stderr, "tierkv chat: no -m given and the bundled model was not found\n");
-		return CLI_USAGE;
-	}
+	if ((st = parse(argc, argv, &o)) == CLI_HELP)
+		chat_help();
+	if (st)
+		return st == CLI_HELP ? CLI_OK : st;
+	if ((rc = cli_model_path("chat", &o.model)))
+		return rc;
 	memset(&c, 0, sizeof c);
 	c.o = &o;
 	if ((st = chat_open(&c, &o, &err))) {

@@ -33,6 +33,33 @@ const char *cli_value(struct cli_args *a, const char *opt);
 int cli_int(struct cli_args *a, const char *opt, long min, long max, long *out);
 int cli_float(struct cli_args *a, const char *opt, double min, double max, double *out);
 int cli_u64(struct cli_args *a, const char *opt, uint64_t *out);
+/* A command's plain options as a table, one row each: its spellings (shrt
+ * may be NULL), the kind of value and where it goes in the command's options
+ * struct (offsetof). */
+enum cli_opt_kind {
+	CLI_OPT_HELP,  /* -h/--help: cli_table_option returns CLI_HELP */
+	CLI_OPT_FLAG,  /* int, set to 1 */
+	CLI_OPT_STR,   /* const char *: the argument itself */
+	CLI_OPT_LONG,  /* long: an integer in [min, max] */
+	CLI_OPT_U64,   /* uint64_t: a non-negative integer */
+};
+struct cli_opt {
+	const char *shrt, *lng;
+	enum cli_opt_kind kind;
+	size_t off;
+	long min, max;
+};
+#define CLI_HELP (-1)
+#define CLI_HELP_OPT { "-h", "--help", CLI_OPT_HELP, 0, 0, 0 }
+/* The table t and its length, for cli_table_option. */
+#define CLI_TABLE(t) (t), sizeof(t) / sizeof((t)[0])
+/* If argv[a->i] is one of the n options of t, parses it (and its value) into
+ * the struct at o and sets *handled; 0, CLI_HELP, or CLI_USAGE after a
+ * message. */
+int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void *o, int *handled);
+/* An option no table took: an engine or KV option into ep (stats as for
+ * cli_engine_option), else a usage error "unknown option". 0 or CLI_USAGE. */
+int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats);
 /* Sampling options (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
  * --repeat-last-n, -s/--seed): if argv[a->i] is one, parses it into sp and
  * sets *handled (and *seed_set for a seed); returns 0 or CLI_USAGE. */
@@ -49,6 +76,18 @@ const char *cli_fmt_bytes(char *buf, size_t cap, double bytes);
 /* The bundled model: next to the executable (../models, ./models), then the
  * source tree's models/. NULL when none is readable. */
 const char *cli_bundled_model(void);
+/* The model path of subcommand cmd: *path as given, else the bundled model
+ * (*path is set to it). CLI_OK, or CLI_USAGE after "tierkv CMD: no -m given
+ * and the bundled model was not found". */
+int cli_model_path(const char *cmd, const char **path);
+/* Loads the model at path into *out (the caller's: tkv_model_free; NULL on
+ * failure) and its info, and checks the layer plan and sharing of ep against
+ * it (ep may be NULL: no check). CLI_OK, CLI_ERR after "tierkv CMD: <why>",
+ * or CLI_USAGE after cli_check_layer_plan's message. */
+int cli_load_model(const char *cmd, const char *path, const struct tkv_engine_params *ep, struct tkv_model **out,
+		   struct tkv_model_info *info);
+/* Prints "tierkv CMD: <err's message, or the status's name>" to stderr. */
+void cli_print_error(const char *cmd, int st, const struct tkv_error *err);
 /* Reads a whole file (malloc'd, NUL-terminated); NULL and a message on error. */
 char *cli_read_file(const char *path, size_t *len);
 /* Peak resident set size of this process in bytes. */

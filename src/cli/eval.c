@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,6 @@
 #include "cli/plot.h"
 #include "eval/metrics.h"
 #include "eval/run.h"
-#include "util/status.h"
 
 #define EVAL_MAX_FILES 256
 #define EVAL_MAX_BUDGETS 16
@@ -198,10 +198,50 @@ static int add_file(struct cli_args *a, struct eval_opts *o, const char *path)
 	return 0;
 }
 
+static const struct cli_opt eval_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct eval_opts, model), 0, 0 },
+	{ NULL, "--prefill", CLI_OPT_LONG, offsetof(struct eval_opts, prefill), 1, 1L << 22 },
+	{ NULL, "--gen", CLI_OPT_LONG, offsetof(struct eval_opts, n_gen), 0, 1L << 22 },
+	{ NULL, "--copy-test", CLI_OPT_FLAG, offsetof(struct eval_opts, copy_test), 0, 0 },
+	{ NULL, "--mem", CLI_OPT_FLAG, offsetof(struct eval_opts, mem), 0, 0 },
+	{ NULL, "--json", CLI_OPT_STR, offsetof(struct eval_opts, json), 0, 0 },
+	{ NULL, "--plot", CLI_OPT_STR, offsetof(struct eval_opts, plot), 0, 0 },
+};
+
+/* The options the table cannot hold (lists, files), then the engine's and
+ * the cache's; anything not an option is a text file. 0 or CLI_USAGE. */
+static int eval_option(struct cli_args *a, struct eval_opts *o)
+{
+	const char *s = a->argv[a->i], *v = NULL;
+
+	if (!strcmp(s, "-f") || !strcmp(s, "--file"))
+		return (v = cli_value(a, s)) ? add_file(a, o, v) : CLI_USAGE;
+	if (!strcmp(s, "--policies"))
+		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, o->policies, &o->n_pol) : CLI_USAGE;
+	if (!strcmp(s, "--layer-plans"))
+		return (v = cli_value(a, s)) ? parse_plans(a, v, o) : CLI_USAGE;
+	if (!strcmp(s, "--shares"))
+		return (v = cli_value(a, s)) ? parse_shares(a, v, o) : CLI_USAGE;
+	if (!strcmp(s, "--budgets"))
+		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud)
+					     : CLI_USAGE;
+	if (!strcmp(s, "--copy-offset")) {
+		o->copy_test = 1;
+		return cli_int(a, s, 0, 1L << 22, &o->copy_offset);
+	}
+	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
+		return cli_usage_error(a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
+	if (s[0] == '-' && s[1])
+		return cli_engine_or_unknown(a, &o->ep, &o->kv_stats);
+	return add_file(a, o, s);
+}
+
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct eval_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	int rc;
+	int rc, handled;
 
 	memset(o, 0, sizeof *o);
 	o->prefill = 64;
@@ -213,63 +253,10 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 	o->budgets[o->n_bud++] = 0.35;
 	o->budgets[o->n_bud++] = 0.125;
 	o->budgets[o->n_bud++] = 0.0625;
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i], *v;
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			cli_eval_help();
-			return -1;
-		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-			if (!(o->model = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-f") || !strcmp(s, "--file")) {
-			if (!(v = cli_value(&a, s)) || (rc = add_file(&a, o, v)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--policies")) {
-			if (!(v = cli_value(&a, s)) || (rc = cli_parse_policies(&a, s, v, o->policies, &o->n_pol)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--layer-plans")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_plans(&a, v, o)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--shares")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_shares(&a, v, o)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--budgets")) {
-			if (!(v = cli_value(&a, s)) || (rc = cli_parse_fractions(&a, s, v, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--prefill")) {
-			if ((rc = cli_int(&a, s, 1, 1L << 22, &o->prefill)))
-				return rc;
-		} else if (!strcmp(s, "--gen")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 22, &o->n_gen)))
-				return rc;
-		} else if (!strcmp(s, "--copy-test")) {
-			o->copy_test = 1;
-		} else if (!strcmp(s, "--mem")) {
-			o->mem = 1;
-		} else if (!strcmp(s, "--copy-offset")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 22, &o->copy_offset)))
-				return rc;
-			o->copy_test = 1;
-		} else if (!strcmp(s, "--json")) {
-			if (!(o->json = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--plot")) {
-			if (!(o->plot = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget")) {
-			return cli_usage_error(&a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
-		} else if (s[0] == '-' && s[1]) {
-			int handled;
-
-			if ((rc = cli_engine_option(&a, &o->ep, &o->kv_stats, &handled)))
-				return rc;
-			if (!handled)
-				return cli_usage_error(&a, "unknown option '%s'", s);
-		} else if ((rc = add_file(&a, o, s))) {
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(eval_table), o, &handled)) ||
+		    (!handled && (rc = eval_option(&a, o))))
 			return rc;
-		}
-	}
 	if (o->n_files == 0)
 		return cli_usage_error(&a, "no text: give -f FILE");
 	return cli_kv_check(&a, &o->ep);
@@ -784,18 +771,127 @@ static int load_text(struct eval_ctx *x, const char *path, struct eval_text *t)
 	return CLI_OK;
 }
 
+/* The layer plans and sharing settings compared (the base --kv-layer-plan
+ * and --kv-share when none was listed), each checked against the model.
+ * CLI_OK, or CLI_USAGE after a message. */
+static int eval_settings(struct eval_opts *o, const struct tkv_model_info *info)
+{
+	int rc;
+
+	if (o->n_plans == 0) {
+		o->plans[0] = o->ep.layer_plan;
+		tkv_kv_layer_plan_str(&o->plans[0], o->plan_names[0], sizeof o->plan_names[0]);
+		o->n_plans = 1;
+	}
+	for (size_t i = 0; i < o->n_plans; i++) {
+		struct tkv_engine_params pe = o->ep;
+
+		pe.layer_plan = o->plans[i];
+		if ((rc = cli_check_layer_plan("eval", &pe, info)))
+			return rc;
+	}
+	if (o->n_shares == 0) {
+		o->share_cos[0] = o->ep.kv.share_cos;
+		o->share_from[0] = o->ep.kv.share_from;
+		snprintf(o->share_names[0], sizeof o->share_names[0], "%g:%u", o->ep.kv.share_cos, o->ep.kv.share_from);
+		o->n_shares = 1;
+	}
+	for (size_t i = 0; i < o->n_shares; i++)
+		if (o->share_cos[i] > 0.0f && o->share_from[i] >= info->n_layer) {
+			fprintf(stderr, "tierkv eval: --shares %s: the model has %u layers (0-%u)\n", o->share_names[i],
+				info->n_layer, info->n_layer - 1);
+			return CLI_USAGE;
+		}
+	return CLI_OK;
+}
+
+/* The rows: full once per sharing setting (it never evicts, so a cap changes
+ * nothing), then every policy x budget x plan x sharing (x --mem). Returns
+ * their number (rows holds n_shares x (1 + 2 x policies x budgets x plans)). */
+static size_t eval_make_rows(const struct eval_opts *o, struct eval_row *rows)
+{
+	size_t n = 0;
+
+	for (size_t c = 0; c < o->n_shares; c++) {
+		rows[n].policy = TKV_POLICY_FULL;
+		rows[n].share = c;
+		rows[n++].budget = 1.0;
+	}
+	for (size_t p = 0; p < o->n_pol; p++)
+		for (size_t b = 0; b < o->n_bud && o->policies[p] != TKV_POLICY_FULL; b++)
+			for (size_t k = 0; k < o->n_plans; k++)
+				for (size_t c = 0; c < o->n_shares; c++)
+					for (int mem = 0; mem <= (o->mem && o->budgets[b] < 1.0); mem++) {
+						rows[n].policy = o->policies[p];
+						rows[n].plan = k;
+						rows[n].share = c;
+						rows[n].mem = mem;
+						rows[n++].budget = o->budgets[b];
+					}
+	return n;
+}
+
+/* Every text through every row, then the copy test. CLI_OK or CLI_ERR. */
+static int eval_run(struct eval_ctx *x, const struct eval_text *texts, struct eval_row *rows, size_t n_rows,
+		    double *ref_seconds)
+{
+	const struct eval_opts *o = x->o;
+
+	for (size_t i = 0; i < o->n_files; i++) {
+		double t0 = cli_now();
+
+		if (eval_text(x, &texts[i], rows, n_rows, ref_seconds))
+			return CLI_ERR;
+		fprintf(stderr, "tierkv eval: [%zu/%zu] %s: %zu tokens, %.1f s\n", i + 1, o->n_files, texts[i].path,
+			texts[i].n, cli_now() - t0);
+	}
+	if (o->copy_test && eval_copy(x, texts, o->n_files, rows, n_rows, ref_seconds))
+		return CLI_ERR;
+	return CLI_OK;
+}
+
+/* The table on stdout, --json, --plot and the time line on stderr. CLI_OK
+ * unless a write failed or a row failed (CLI_ERR). */
+static int eval_report(const struct eval_opts *o, const struct eval_row *rows, size_t n_rows, double t_start,
+		       double ref_seconds)
+{
+	double total, slowest = 0.0;
+	size_t is = 0;
+
+	print_table(stdout, o, rows, n_rows, o->copy_test);
+	if (fflush(stdout)) {
+		fprintf(stderr, "tierkv eval: cannot write to standard output\n");
+		return CLI_ERR;
+	}
+	if (o->json && write_json(o->json, o, rows, n_rows))
+		return CLI_ERR;
+	if (o->plot && write_plot(o->plot, rows, n_rows))
+		return CLI_ERR;
+	total = cli_now() - t_start;
+	for (size_t r = 0; r < n_rows; r++)
+		if (rows[r].seconds > slowest) {
+			slowest = rows[r].seconds;
+			is = r;
+		}
+	fprintf(stderr, "tierkv eval: %.1f s in all: references %.1f s, %zu policy rows %.1f s "
+		"(slowest: %s at %g, %.1f s; full %.1f s)\n", total, ref_seconds, n_rows,
+		total - ref_seconds, tkv_policy_name(rows[is].policy), rows[is].budget, slowest, rows[0].seconds);
+	for (size_t r = 0; r < n_rows; r++)
+		if (rows[r].failed)
+			return CLI_ERR;
+	return CLI_OK;
+}
+
 int cli_eval(int argc, char **argv)
 {
 	struct eval_opts o;
 	struct eval_ctx x = { 0 };
-	struct tkv_model_params mp = tkv_model_default_params();
 	struct tkv_model_info info;
-	struct tkv_error err = { 0 };
 	struct eval_text *texts = NULL;
 	struct eval_row *rows = NULL;
 	size_t n_rows = 0, n_tok = 0;
 	double t_start = cli_now(), ref_seconds = 0.0;
-	int rc = CLI_ERR, st;
+	int rc, st;
 
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--retrieval"))
@@ -803,44 +899,13 @@ int cli_eval(int argc, char **argv)
 		else if (!strcmp(argv[i], "--kl-base"))
 			return cli_eval_klbase(argc, argv);
 	st = parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
+	if (st == CLI_HELP)
+		cli_eval_help();
 	if (st)
-		return st;
-	if (!o.model && !(o.model = cli_bundled_model())) {
-		fprintf(stderr, "tierkv eval: no -m given and the bundled model was not found\n");
-		return CLI_USAGE;
-	}
-	if ((st = tkv_model_load(&x.m, o.model, &mp, &err))) {
-		fprintf(stderr, "tierkv eval: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
-		return CLI_ERR;
-	}
-	tkv_model_get_info(x.m, &info);
-	if (o.n_plans == 0) {
-		o.plans[0] = o.ep.layer_plan;
-		tkv_kv_layer_plan_str(&o.plans[0], o.plan_names[0], sizeof o.plan_names[0]);
-		o.n_plans = 1;
-	}
-	for (size_t i = 0; i < o.n_plans; i++) {
-		struct tkv_engine_params pe = o.ep;
-
-		pe.layer_plan = o.plans[i];
-		if ((rc = cli_check_layer_plan("eval", &pe, &info)))
-			goto out;
-	}
-	if (o.n_shares == 0) {
-		o.share_cos[0] = o.ep.kv.share_cos;
-		o.share_from[0] = o.ep.kv.share_from;
-		snprintf(o.share_names[0], sizeof o.share_names[0], "%g:%u", o.ep.kv.share_cos, o.ep.kv.share_from);
-		o.n_shares = 1;
-	}
-	for (size_t i = 0; i < o.n_shares; i++)
-		if (o.share_cos[i] > 0.0f && o.share_from[i] >= info.n_layer) {
-			fprintf(stderr, "tierkv eval: --shares %s: the model has %u layers (0-%u)\n", o.share_names[i],
-				info.n_layer, info.n_layer - 1);
-			rc = CLI_USAGE;
-			goto out;
-		}
+		return st == CLI_HELP ? CLI_OK : st;
+	if ((rc = cli_model_path("eval", &o.model)) || (rc = cli_load_model("eval", o.model, NULL, &x.m, &info)) ||
+	    (rc = eval_settings(&o, &info)))
+		goto out;
 	rc = CLI_ERR;
 	x.o = &o;
 	x.n_vocab = info.n_vocab;
@@ -858,65 +923,12 @@ int cli_eval(int argc, char **argv)
 			goto out;
 		n_tok += texts[i].n;
 	}
-	/* full once per sharing setting (it never evicts, so a cap changes
-	 * nothing), then the rest */
-	for (size_t c = 0; c < o.n_shares; c++) {
-		rows[n_rows].policy = TKV_POLICY_FULL;
-		rows[n_rows].share = c;
-		rows[n_rows++].budget = 1.0;
-	}
-	for (size_t p = 0; p < o.n_pol; p++)
-		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++)
-			for (size_t k = 0; k < o.n_plans; k++)
-				for (size_t c = 0; c < o.n_shares; c++)
-					for (int mem = 0; mem <= (o.mem && o.budgets[b] < 1.0); mem++) {
-						rows[n_rows].policy = o.policies[p];
-						rows[n_rows].plan = k;
-						rows[n_rows].share = c;
-						rows[n_rows].mem = mem;
-						rows[n_rows++].budget = o.budgets[b];
-					}
+	n_rows = eval_make_rows(&o, rows);
 	fprintf(stderr, "tierkv eval: %s, %zu texts (%zu tokens), context %u, %zu runs per text, "
 		"prefill %ld, gen %ld%s\n", o.model, o.n_files, n_tok, x.n_ctx, n_rows, o.prefill, o.n_gen,
 		o.copy_test ? ", copy test" : "");
-
-	for (size_t i = 0; i < o.n_files; i++) {
-		double t0 = cli_now();
-
-		if (eval_text(&x, &texts[i], rows, n_rows, &ref_seconds))
-			goto out;
-		fprintf(stderr, "tierkv eval: [%zu/%zu] %s: %zu tokens, %.1f s\n", i + 1, o.n_files, texts[i].path,
-			texts[i].n, cli_now() - t0);
-	}
-	if (o.copy_test && eval_copy(&x, texts, o.n_files, rows, n_rows, &ref_seconds))
-		goto out;
-
-	print_table(stdout, &o, rows, n_rows, o.copy_test);
-	if (fflush(stdout)) {
-		fprintf(stderr, "tierkv eval: cannot write to standard output\n");
-		goto out;
-	}
-	if (o.json && write_json(o.json, &o, rows, n_rows))
-		goto out;
-	if (o.plot && write_plot(o.plot, rows, n_rows))
-		goto out;
-	{
-		double total = cli_now() - t_start, slowest = 0.0;
-		size_t is = 0;
-
-		for (size_t r = 0; r < n_rows; r++)
-			if (rows[r].seconds > slowest) {
-				slowest = rows[r].seconds;
-				is = r;
-			}
-		fprintf(stderr, "tierkv eval: %.1f s in all: references %.1f s, %zu policy rows %.1f s "
-			"(slowest: %s at %g, %.1f s; full %.1f s)\n", total, ref_seconds, n_rows,
-			total - ref_seconds, tkv_policy_name(rows[is].policy), rows[is].budget, slowest, rows[0].seconds);
-	}
-	rc = CLI_OK;
-	for (size_t r = 0; r < n_rows; r++)
-		if (rows[r].failed)
-			rc = CLI_ERR;
+	if (eval_run(&x, texts, rows, n_rows, &ref_seconds) == CLI_OK)
+		rc = eval_report(&o, rows, n_rows, t_start, ref_seconds);
 out:
 	if (texts)
 		for (size_t i = 0; i < o.n_files; i++)

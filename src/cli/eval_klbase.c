@@ -20,13 +20,13 @@
  * and the mean entropy of both distributions. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "tierkv.h"
-#include "util/status.h"
 
 struct kb_opts {
 	const char *model, *base, *json;
@@ -57,40 +57,26 @@ static void kb_help(void)
 	       "  engine and KV options as for tierkv run (-t, -b, --kv-type, --kv-policy, ...)\n");
 }
 
+static const struct cli_opt kb_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct kb_opts, model), 0, 0 },
+	{ NULL, "--kl-base", CLI_OPT_STR, offsetof(struct kb_opts, base), 0, 0 },
+	{ NULL, "--json", CLI_OPT_STR, offsetof(struct kb_opts, json), 0, 0 },
+	{ NULL, "--chunks", CLI_OPT_LONG, offsetof(struct kb_opts, chunks), 1, 1000000 },
+};
+
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int kb_parse(int argc, char **argv, struct kb_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	int rc;
+	int rc, handled;
 
 	memset(o, 0, sizeof *o);
 	o->ep = tkv_engine_default_params();
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i];
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			kb_help();
-			return -1;
-		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-			if (!(o->model = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--kl-base")) {
-			if (!(o->base = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--json")) {
-			if (!(o->json = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--chunks")) {
-			if ((rc = cli_int(&a, s, 1, 1000000, &o->chunks)))
-				return rc;
-		} else {
-			int handled;
-
-			if ((rc = cli_engine_option(&a, &o->ep, NULL, &handled)))
-				return rc;
-			if (!handled)
-				return cli_usage_error(&a, "unknown option '%s'", s);
-		}
-	}
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(kb_table), o, &handled)) ||
+		    (!handled && (rc = cli_engine_or_unknown(&a, &o->ep, NULL))))
+			return rc;
 	if ((rc = cli_kv_check(&a, &o->ep)))
 		return rc;
 	if (!o->model)
@@ -271,13 +257,12 @@ int cli_eval_klbase(int argc, char **argv)
 	int rc = CLI_ERR, st;
 
 	st = kb_parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
+	if (st == CLI_HELP)
+		kb_help();
 	if (st)
-		return st;
-	if ((st = tkv_model_load(&m, o.model, NULL, &err)))
-		goto fail;
-	tkv_model_get_info(m, &info);
+		return st == CLI_HELP ? CLI_OK : st;
+	if ((rc = cli_load_model("eval", o.model, NULL, &m, &info)))
+		goto out;
 	if ((rc = kb_open(&b, o.base, info.n_vocab)) != CLI_OK)
 		goto out;
 	rc = CLI_ERR;

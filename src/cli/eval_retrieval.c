@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,6 @@
 #include "cli/plot.h"
 #include "eval/retrieval.h"
 #include "eval/run.h"
-#include "util/status.h"
 
 #define RQ_MAX_FILES 256
 #define RQ_MAX_BUDGETS 16
@@ -149,84 +149,75 @@ static int rq_check(struct cli_args *a, struct rq_opts *o)
 	return cli_kv_check(a, &o->ep);
 }
 
+static const struct cli_opt rq_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct rq_opts, model), 0, 0 },
+	{ NULL, "--samples", CLI_OPT_LONG, offsetof(struct rq_opts, samples), 1, 100000 },
+	{ NULL, "--seed", CLI_OPT_U64, offsetof(struct rq_opts, seed), 0, 0 },
+	{ NULL, "--mem", CLI_OPT_FLAG, offsetof(struct rq_opts, mem), 0, 0 },
+	{ "-v", "--verbose", CLI_OPT_FLAG, offsetof(struct rq_opts, verbose), 0, 0 },
+	{ NULL, "--json", CLI_OPT_STR, offsetof(struct rq_opts, json), 0, 0 },
+	{ NULL, "--plot", CLI_OPT_STR, offsetof(struct rq_opts, plot), 0, 0 },
+};
+
+static int add_filler(struct cli_args *a, struct rq_opts *o, const char *path)
+{
+	if (o->n_files == RQ_MAX_FILES)
+		return cli_usage_error(a, "at most %d filler files", RQ_MAX_FILES);
+	o->files[o->n_files++] = path;
+	return 0;
+}
+
+/* The options the table cannot hold (lists, files), the perplexity eval's
+ * refused, then the engine's and the cache's; anything not an option is a
+ * filler file. 0 or CLI_USAGE. */
+static int rq_option(struct cli_args *a, struct rq_opts *o)
+{
+	const char *s = a->argv[a->i], *v = NULL;
+
+	if (!strcmp(s, "-f") || !strcmp(s, "--file"))
+		return (v = cli_value(a, s)) ? add_filler(a, o, v) : CLI_USAGE;
+	if (!strcmp(s, "--retrieval"))
+		return (v = cli_value(a, s)) ? parse_tasks(a, v, o->tasks) : CLI_USAGE;
+	if (!strcmp(s, "--ctx-lens"))
+		return (v = cli_value(a, s)) ? parse_lens(a, v, o) : CLI_USAGE;
+	if (!strcmp(s, "--depths"))
+		return (v = cli_value(a, s)) ? cli_parse_numbers(a, s, v, 0.0, 1.0, false, o->depths, RQ_MAX_DEPTHS,
+								 &o->n_depths)
+					     : CLI_USAGE;
+	if (!strcmp(s, "--grid")) {
+		if (!(v = cli_value(a, s)))
+			return CLI_USAGE;
+		if ((o->grid = tkv_policy_parse(v)) < 0)
+			return cli_usage_error(a, "--grid: unknown policy '%s'", v);
+		return 0;
+	}
+	if (!strcmp(s, "--policies"))
+		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, o->policies, &o->n_pol) : CLI_USAGE;
+	if (!strcmp(s, "--budgets"))
+		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, o->budgets, RQ_MAX_BUDGETS, &o->n_bud)
+					     : CLI_USAGE;
+	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
+		return cli_usage_error(a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
+	if (!strcmp(s, "--gen") || !strcmp(s, "--prefill") || !strcmp(s, "--copy-test") ||
+	    !strcmp(s, "--copy-offset") || !strcmp(s, "--layer-plans") || !strcmp(s, "--shares"))
+		return cli_usage_error(a, "%s is an option of the perplexity eval, not of --retrieval", s);
+	if (s[0] == '-' && s[1])
+		return cli_engine_or_unknown(a, &o->ep, &o->kv_stats);
+	return add_filler(a, o, s);
+}
+
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct rq_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	const char *v;
-	int rc;
+	int rc, handled;
 
 	rq_defaults(o);
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i];
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			cli_eval_help();
-			return -1;
-		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-			if (!(o->model = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-f") || !strcmp(s, "--file")) {
-			if (!(v = cli_value(&a, s)))
-				return CLI_USAGE;
-			if (o->n_files == RQ_MAX_FILES)
-				return cli_usage_error(&a, "at most %d filler files", RQ_MAX_FILES);
-			o->files[o->n_files++] = v;
-		} else if (!strcmp(s, "--retrieval")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_tasks(&a, v, o->tasks)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--ctx-lens")) {
-			if (!(v = cli_value(&a, s)) || (rc = parse_lens(&a, v, o)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--depths")) {
-			if (!(v = cli_value(&a, s)) ||
-			    (rc = cli_parse_numbers(&a, s, v, 0.0, 1.0, false, o->depths, RQ_MAX_DEPTHS, &o->n_depths)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--samples")) {
-			if ((rc = cli_int(&a, s, 1, 100000, &o->samples)))
-				return rc;
-		} else if (!strcmp(s, "--seed")) {
-			if ((rc = cli_u64(&a, s, &o->seed)))
-				return rc;
-		} else if (!strcmp(s, "--mem")) {
-			o->mem = 1;
-		} else if (!strcmp(s, "--grid")) {
-			if (!(v = cli_value(&a, s)))
-				return CLI_USAGE;
-			if ((o->grid = tkv_policy_parse(v)) < 0)
-				return cli_usage_error(&a, "--grid: unknown policy '%s'", v);
-		} else if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) {
-			o->verbose = 1;
-		} else if (!strcmp(s, "--policies")) {
-			if (!(v = cli_value(&a, s)) || (rc = cli_parse_policies(&a, s, v, o->policies, &o->n_pol)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--budgets")) {
-			if (!(v = cli_value(&a, s)) ||
-			    (rc = cli_parse_fractions(&a, s, v, o->budgets, RQ_MAX_BUDGETS, &o->n_bud)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--json")) {
-			if (!(o->json = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--plot")) {
-			if (!(o->plot = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget")) {
-			return cli_usage_error(&a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
-		} else if (!strcmp(s, "--gen") || !strcmp(s, "--prefill") || !strcmp(s, "--copy-test") ||
-			   !strcmp(s, "--copy-offset") || !strcmp(s, "--layer-plans") || !strcmp(s, "--shares")) {
-			return cli_usage_error(&a, "%s is an option of the perplexity eval, not of --retrieval", s);
-		} else if (s[0] == '-' && s[1]) {
-			int handled;
-
-			if ((rc = cli_engine_option(&a, &o->ep, &o->kv_stats, &handled)))
-				return rc;
-			if (!handled)
-				return cli_usage_error(&a, "unknown option '%s'", s);
-		} else {
-			if (o->n_files == RQ_MAX_FILES)
-				return cli_usage_error(&a, "at most %d filler files", RQ_MAX_FILES);
-			o->files[o->n_files++] = s;
-		}
-	}
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(rq_table), o, &handled)) ||
+		    (!handled && (rc = rq_option(&a, o))))
+			return rc;
 	return rq_check(&a, o);
 }
 
@@ -639,119 +630,143 @@ static int make_samples(struct rq_ctx *x)
 	return CLI_OK;
 }
 
+/* The sample lengths: the context when none was given; each at most the
+ * context. CLI_OK, or CLI_USAGE after a message. */
+static int rq_lens(struct rq_opts *o, uint32_t n_ctx)
+{
+	if (o->n_lens == 0)
+		o->lens[o->n_lens++] = (long)n_ctx;
+	for (size_t l = 0; l < o->n_lens; l++)
+		if (o->lens[l] > (long)n_ctx) {
+			fprintf(stderr, "tierkv eval: --ctx-lens %ld is longer than the context (%u); raise -c\n",
+				o->lens[l], n_ctx);
+			return CLI_USAGE;
+		}
+	return CLI_OK;
+}
+
+/* The rows (the full cache first: a cap changes nothing for it, then every
+ * policy x budget (x --mem)) and their results. CLI_OK or CLI_ERR. */
+static int rq_make_rows(struct rq_ctx *x)
+{
+	const struct rq_opts *o = x->o;
+
+	x->rows = calloc(1 + 2 * o->n_pol * o->n_bud, sizeof *x->rows);
+	if (!x->rows) {
+		fprintf(stderr, "tierkv eval: out of memory\n");
+		return CLI_ERR;
+	}
+	x->rows[x->n_rows].policy = TKV_POLICY_FULL;
+	x->rows[x->n_rows++].budget = 1.0;
+	for (size_t p = 0; p < o->n_pol; p++)
+		for (size_t b = 0; b < o->n_bud && o->policies[p] != TKV_POLICY_FULL; b++)
+			for (int mem = 0; mem <= (o->mem && o->budgets[b] < 1.0); mem++) {
+				x->rows[x->n_rows].policy = o->policies[p];
+				x->rows[x->n_rows].mem = mem;
+				x->rows[x->n_rows++].budget = o->budgets[b];
+			}
+	if (!(x->result = calloc(x->n_rows * x->n_samples, 1))) {
+		fprintf(stderr, "tierkv eval: out of memory\n");
+		return CLI_ERR;
+	}
+	return CLI_OK;
+}
+
+/* Every prompt through every row, with a progress line per prompt. CLI_OK
+ * or CLI_ERR. */
+static int rq_run(struct rq_ctx *x)
+{
+	for (size_t i = 0; i < x->n_samples; i++) {
+		const struct retr_sample *s = &x->samples[i].s;
+		double t0 = cli_now();
+
+		if (x->o->verbose)
+			fprintf(stderr, "tierkv eval: %s, length %zu, depth %g, seed %016llx: %zu prompt tokens, "
+				"needle at token %zu\n", retr_tasks[s->task].name, s->length, s->depth,
+				(unsigned long long)s->seed, s->n_ids, s->needle_tok[s->asked]);
+		for (size_t r = 0; r < x->n_rows; r++)
+			if (run_one(x, r, i))
+				return CLI_ERR;
+		fprintf(stderr, "tierkv eval: [%zu/%zu] %s, length %zu, depth %g: %zu tokens, %.1f s, full cache %s\n",
+			i + 1, x->n_samples, retr_tasks[s->task].name, s->length, s->depth, s->n_ids, cli_now() - t0,
+			x->result[i] == 2 ? "right" : x->result[i] == 1 ? "wrong" : "failed");
+	}
+	return CLI_OK;
+}
+
+/* The table (and --grid) on stdout, --json, --plot and the time on stderr.
+ * CLI_OK unless a write failed or a row failed (CLI_ERR). */
+static int rq_report(const struct rq_ctx *x, double t_start)
+{
+	const struct rq_opts *o = x->o;
+
+	print_table(stdout, x);
+	if (o->grid >= 0)
+		print_grid(stdout, x);
+	if (fflush(stdout)) {
+		fprintf(stderr, "tierkv eval: cannot write to standard output\n");
+		return CLI_ERR;
+	}
+	if (o->json && write_json(o->json, x))
+		return CLI_ERR;
+	if (o->plot && write_plot(o->plot, x))
+		return CLI_ERR;
+	fprintf(stderr, "tierkv eval: %.1f s in all\n", cli_now() - t_start);
+	for (size_t r = 0; r < x->n_rows; r++)
+		if (x->rows[r].n_failed)
+			return CLI_ERR;
+	return CLI_OK;
+}
+
+static void rq_free(struct rq_ctx *x)
+{
+	if (x->samples)
+		for (size_t i = 0; i < x->n_samples; i++)
+			retr_sample_free(x->corpus, &x->samples[i].s);
+	free(x->samples);
+	free(x->rows);
+	free(x->result);
+	retr_corpus_free(x->corpus);
+	evr_free(&x->r);
+	tkv_model_free(x->m);
+}
+
 int cli_eval_retrieval(int argc, char **argv)
 {
 	struct rq_opts o;
 	struct rq_ctx x = { 0 };
-	struct tkv_model_params mp = tkv_model_default_params();
 	struct tkv_model_info info;
-	struct tkv_error err = { 0 };
 	double t_start = cli_now();
 	size_t n_tok = 0;
-	int rc = CLI_ERR, st;
+	int rc, st;
 
 	st = parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
+	if (st == CLI_HELP)
+		cli_eval_help();
 	if (st)
-		return st;
+		return st == CLI_HELP ? CLI_OK : st;
 	x.o = &o;
-	if (!o.model && !(o.model = cli_bundled_model())) {
-		fprintf(stderr, "tierkv eval: no -m given and the bundled model was not found\n");
-		return CLI_USAGE;
-	}
-	if ((st = tkv_model_load(&x.m, o.model, &mp, &err))) {
-		fprintf(stderr, "tierkv eval: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
-		return CLI_ERR;
-	}
-	tkv_model_get_info(x.m, &info);
-	if ((rc = cli_check_layer_plan("eval", &o.ep, &info)))
+	if ((rc = cli_model_path("eval", &o.model)) || (rc = cli_load_model("eval", o.model, &o.ep, &x.m, &info)))
 		goto out;
-	rc = CLI_ERR;
 	x.n_ctx = o.ep.n_ctx ? o.ep.n_ctx : info.n_ctx_train;
 	o.ep.n_ctx = x.n_ctx;
-	if (o.n_lens == 0)
-		o.lens[o.n_lens++] = (long)x.n_ctx;
-	for (size_t l = 0; l < o.n_lens; l++)
-		if (o.lens[l] > (long)x.n_ctx) {
-			fprintf(stderr, "tierkv eval: --ctx-lens %ld is longer than the context (%u); raise -c\n",
-				o.lens[l], x.n_ctx);
-			rc = CLI_USAGE;
-			goto out;
-		}
+	if ((rc = rq_lens(&o, x.n_ctx)))
+		goto out;
 	if (evr_init(&x.r, x.m, 1, x.n_ctx, NULL)) {
 		fprintf(stderr, "tierkv eval: out of memory\n");
+		rc = CLI_ERR;
 		goto out;
 	}
-	if ((rc = load_corpus(&x)) || (rc = make_samples(&x)))
+	if ((rc = load_corpus(&x)) || (rc = make_samples(&x)) || (rc = rq_make_rows(&x)))
 		goto out;
-	rc = CLI_ERR;
-	x.rows = calloc(1 + 2 * o.n_pol * o.n_bud, sizeof *x.rows);
-	if (!x.rows) {
-		fprintf(stderr, "tierkv eval: out of memory\n");
-		goto out;
-	}
-	/* the full cache first (a cap changes nothing for it), then the rest */
-	x.rows[x.n_rows].policy = TKV_POLICY_FULL;
-	x.rows[x.n_rows++].budget = 1.0;
-	for (size_t p = 0; p < o.n_pol; p++)
-		for (size_t b = 0; b < o.n_bud && o.policies[p] != TKV_POLICY_FULL; b++)
-			for (int mem = 0; mem <= (o.mem && o.budgets[b] < 1.0); mem++) {
-				x.rows[x.n_rows].policy = o.policies[p];
-				x.rows[x.n_rows].mem = mem;
-				x.rows[x.n_rows++].budget = o.budgets[b];
-			}
-	if (!(x.result = calloc(x.n_rows * x.n_samples, 1))) {
-		fprintf(stderr, "tierkv eval: out of memory\n");
-		goto out;
-	}
 	for (size_t i = 0; i < x.n_samples; i++)
 		n_tok += x.samples[i].s.n_ids;
 	fprintf(stderr, "tierkv eval: %s, retrieval: %zu prompts (%zu tokens), context %u, %zu runs per prompt, "
 		"prefill chunks of %u, seed %llu\n", o.model, x.n_samples, n_tok, x.n_ctx, x.n_rows, o.ep.n_batch,
 		(unsigned long long)o.seed);
-
-	for (size_t i = 0; i < x.n_samples; i++) {
-		const struct retr_sample *s = &x.samples[i].s;
-		double t0 = cli_now();
-
-		if (o.verbose)
-			fprintf(stderr, "tierkv eval: %s, length %zu, depth %g, seed %016llx: %zu prompt tokens, "
-				"needle at token %zu\n", retr_tasks[s->task].name, s->length, s->depth,
-				(unsigned long long)s->seed, s->n_ids, s->needle_tok[s->asked]);
-		for (size_t r = 0; r < x.n_rows; r++)
-			if (run_one(&x, r, i))
-				goto out;
-		fprintf(stderr, "tierkv eval: [%zu/%zu] %s, length %zu, depth %g: %zu tokens, %.1f s, full cache %s\n",
-			i + 1, x.n_samples, retr_tasks[s->task].name, s->length, s->depth, s->n_ids, cli_now() - t0,
-			x.result[i] == 2 ? "right" : x.result[i] == 1 ? "wrong" : "failed");
-	}
-
-	print_table(stdout, &x);
-	if (o.grid >= 0)
-		print_grid(stdout, &x);
-	if (fflush(stdout)) {
-		fprintf(stderr, "tierkv eval: cannot write to standard output\n");
-		goto out;
-	}
-	if (o.json && write_json(o.json, &x))
-		goto out;
-	if (o.plot && write_plot(o.plot, &x))
-		goto out;
-	fprintf(stderr, "tierkv eval: %.1f s in all\n", cli_now() - t_start);
-	rc = CLI_OK;
-	for (size_t r = 0; r < x.n_rows; r++)
-		if (x.rows[r].n_failed)
-			rc = CLI_ERR;
+	if ((rc = rq_run(&x)) == CLI_OK)
+		rc = rq_report(&x, t_start);
 out:
-	if (x.samples)
-		for (size_t i = 0; i < x.n_samples; i++)
-			retr_sample_free(x.corpus, &x.samples[i].s);
-	free(x.samples);
-	free(x.rows);
-	free(x.result);
-	retr_corpus_free(x.corpus);
-	evr_free(&x.r);
-	tkv_model_free(x.m);
+	rq_free(&x);
 	return rc;
 }

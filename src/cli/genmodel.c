@@ -17,13 +17,11 @@
 #include <string.h>
 
 #include "cli/cli.h"
-/* writing GGUF files and quantized weights: the one exception to tierkv.h (docs/api.md) */
+/* writing GGUF files and quantized weights: a named exception to tierkv.h (docs/api.md) */
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "ops/dtype.h"
 #include "ops/ops.h"
-#include "util/status.h"
-#include "util/tpool.h"
 
 /* What a family's files carry beyond llama's tensors. */
 #define GM_BIAS     (1u << 0)  /* attn_q/k/v.bias (qwen2) */
@@ -263,33 +261,6 @@ static void gm_worker(void *ctx, int ith, int nth)
 
 /* ---- metadata ------------------------------------------------------------------ */
 
-/* Copies one key/value of a GGUF into the writer. */
-static int gm_copy_kv(struct gguf_w *w, const struct gguf_kv *kv)
-{
-	char key[256];
-
-	snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 255 ? kv->key.len : 255), kv->key.ptr);
-	switch (kv->type) {
-	case GGUF_TYPE_UINT8: return gguf_w_add_u8(w, key, (uint8_t)kv->v.u64);
-	case GGUF_TYPE_INT8: return gguf_w_add_i8(w, key, (int8_t)kv->v.i64);
-	case GGUF_TYPE_UINT16: return gguf_w_add_u16(w, key, (uint16_t)kv->v.u64);
-	case GGUF_TYPE_INT16: return gguf_w_add_i16(w, key, (int16_t)kv->v.i64);
-	case GGUF_TYPE_UINT32: return gguf_w_add_u32(w, key, (uint32_t)kv->v.u64);
-	case GGUF_TYPE_INT32: return gguf_w_add_i32(w, key, (int32_t)kv->v.i64);
-	case GGUF_TYPE_FLOAT32: return gguf_w_add_f32(w, key, (float)kv->v.f64);
-	case GGUF_TYPE_BOOL: return gguf_w_add_bool(w, key, kv->v.u64 != 0);
-	case GGUF_TYPE_UINT64: return gguf_w_add_u64(w, key, kv->v.u64);
-	case GGUF_TYPE_INT64: return gguf_w_add_i64(w, key, kv->v.i64);
-	case GGUF_TYPE_FLOAT64: return gguf_w_add_f64(w, key, kv->v.f64);
-	case GGUF_TYPE_STRING: return gguf_w_add_strn(w, key, kv->v.str.ptr, kv->v.str.len);
-	case GGUF_TYPE_ARRAY:
-		if (kv->v.arr.type == GGUF_TYPE_STRING)
-			return gguf_w_add_arr_strn(w, key, kv->v.arr.strs, kv->v.arr.n);
-		return gguf_w_add_arr(w, key, kv->v.arr.type, kv->v.arr.data, kv->v.arr.n);
-	default:
-		return TKV_ERR_FORMAT;
-	}
-}
 
 struct gm_opts {
 	const struct gm_shape *shape;
@@ -412,7 +383,7 @@ static int gm_fit_arr(struct gguf_w *w, const char *key, const struct gguf_kv *k
 		free(v);
 		return st;
 	}
-	return gm_copy_kv(w, kv);
+	return gguf_w_add_kv(w, kv);
 }
 
 /* The tokenizer keys of the vocabulary file; the families' shapes fit the
@@ -427,12 +398,12 @@ static void gm_tokenizer(struct gguf_w *w, const struct gm_opts *o, const struct
 			continue;
 		snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 255 ? kv->key.len : 255), kv->key.ptr);
 		if (!o->shape->vocab) {
-			gm_copy_kv(w, kv);
+			gguf_w_add_kv(w, kv);
 		} else if (kv->type == GGUF_TYPE_ARRAY && kv->v.arr.n == gm_vocab_n(voc) &&
 			   strcmp(key, "tokenizer.ggml.merges")) {
 			gm_fit_arr(w, key, kv, n_vocab);
 		} else if (!(kv->type == GGUF_TYPE_UINT32 && strstr(key, "_token_id") && kv->v.u64 >= n_vocab)) {
-			gm_copy_kv(w, kv);
+			gguf_w_add_kv(w, kv);
 		}
 	}
 }
@@ -617,137 +588,175 @@ static int gm_tensors(const struct gm_opts *o, uint32_t n_vocab, uint32_t n_laye
 /* Rows per chunk: about this many bytes of output at a time. */
 #define GM_CHUNK_BYTES (8u << 20)
 
-int cli_gen_model(int argc, char **argv)
-{
+/* ---- the command ------------------------------------------------------------------ */
+
+/* What one gen-model run holds (freed by gm_ctx_free; the output file is
+ * removed when it was not finished). */
+struct gm_ctx {
 	struct gm_opts o;
-	struct gguf_file *voc = NULL;
-	struct gguf_w *w = NULL;
-	struct tpool *tp = NULL;
-	struct tkv_error err = { 0 };
-	struct gm_tensor *t = NULL;
-	size_t n_t = 0, fallback = 0;
-	const struct gguf_kv *tokens;
-	unsigned char *buf = NULL;
-	float *scratch = NULL;
-	FILE *fp = NULL;
+	struct gguf_file *voc;   /* the vocabulary GGUF */
+	struct gguf_w *w;        /* the writer: metadata and tensor table */
+	struct gm_tensor *t;     /* (n_t) the tensors, in file order */
+	size_t n_t;
 	uint32_t n_vocab, n_layer;
-	uint64_t total = 0;
-	double t0 = cli_now();
-	int rc = CLI_ERR, st;
+	uint64_t total;          /* tensor bytes */
+	struct tkv_threads *tp;
+	unsigned char *buf;      /* one chunk of quantized rows */
+	float *scratch;          /* (threads, widest row) floats */
+	FILE *fp;
+	struct tkv_error err;
+};
 
-	st = gm_parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
-	if (st)
-		return st;
-	n_layer = o.layers ? (uint32_t)o.layers : o.shape->n_layer;
+/* Prints the library's message for st; CLI_ERR. */
+static int gm_fail(const struct gm_ctx *x, int st)
+{
+	cli_print_error("gen-model", st, &x->err);
+	return CLI_ERR;
+}
 
-	if ((st = gguf_open(&voc, o.vocab, NULL, &err)))
-		goto fail;
-	if ((st = gguf_get_arr(voc, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens, &err)))
-		goto fail;
-	n_vocab = (uint32_t)tokens->v.arr.n;
-	if (o.shape->vocab) {
-		if (n_vocab != o.shape->n_vocab)
-			fprintf(stderr, "tierkv gen-model: %s has %u tokens; %s has %u: %s to fit\n", o.vocab, n_vocab,
-				o.shape->name, o.shape->n_vocab, n_vocab < o.shape->n_vocab ? "padded" : "cut");
-		if (!strstr(o.vocab, o.shape->vocab))
-			fprintf(stderr, "tierkv gen-model: note: %s is meant for ggml-vocab-%s.gguf\n", o.shape->name,
-				o.shape->vocab);
-		n_vocab = o.shape->n_vocab;
-	} else if (n_vocab != o.shape->n_vocab)
+/* The vocabulary file and the model's token count (the shape's, with a note
+ * when the vocabulary is padded, cut or meant for another shape). */
+static int gm_open_vocab(struct gm_ctx *x)
+{
+	const struct gm_opts *o = &x->o;
+	const struct gguf_kv *tokens;
+	int st;
+
+	if ((st = gguf_open(&x->voc, o->vocab, NULL, &x->err)) ||
+	    (st = gguf_get_arr(x->voc, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &tokens, &x->err)))
+		return gm_fail(x, st);
+	x->n_vocab = (uint32_t)tokens->v.arr.n;
+	if (o->shape->vocab) {
+		if (x->n_vocab != o->shape->n_vocab)
+			fprintf(stderr, "tierkv gen-model: %s has %u tokens; %s has %u: %s to fit\n", o->vocab, x->n_vocab,
+				o->shape->name, o->shape->n_vocab, x->n_vocab < o->shape->n_vocab ? "padded" : "cut");
+		if (!strstr(o->vocab, o->shape->vocab))
+			fprintf(stderr, "tierkv gen-model: note: %s is meant for ggml-vocab-%s.gguf\n", o->shape->name,
+				o->shape->vocab);
+		x->n_vocab = o->shape->n_vocab;
+	} else if (x->n_vocab != o->shape->n_vocab) {
 		fprintf(stderr, "tierkv gen-model: %s has %u tokens; the model gets %u rows of embeddings (the shape's is %u)\n",
-			o.vocab, n_vocab, n_vocab, o.shape->n_vocab);
-	if (gm_tensors(&o, n_vocab, n_layer, &t, &n_t)) {
-		fprintf(stderr, "tierkv gen-model: out of memory\n");
-		goto out;
+			o->vocab, x->n_vocab, x->n_vocab, o->shape->n_vocab);
 	}
+	return CLI_OK;
+}
 
-	if ((st = gguf_w_init(&w, NULL))) {
-		tkv_errf(&err, st, "out of memory");
-		goto fail;
+/* The tensor list, and the writer's metadata and tensor table. */
+static int gm_header(struct gm_ctx *x)
+{
+	size_t fallback = 0;
+	int st;
+
+	if (gm_tensors(&x->o, x->n_vocab, x->n_layer, &x->t, &x->n_t) || gguf_w_init(&x->w, NULL)) {
+		fprintf(stderr, "tierkv gen-model: out of memory\n");
+		return CLI_ERR;
 	}
-	gm_meta(w, &o, voc, n_vocab, n_layer);
-	for (size_t i = 0; i < n_t; i++) {
-		gguf_w_add_tensor(w, t[i].name, t[i].n_dims, t[i].ne, t[i].type);
-		fallback += t[i].n_dims == 2 && t[i].type != o.type;
-		total += gguf_w_tensor_nbytes(w, i);
+	gm_meta(x->w, &x->o, x->voc, x->n_vocab, x->n_layer);
+	for (size_t i = 0; i < x->n_t; i++) {
+		gguf_w_add_tensor(x->w, x->t[i].name, x->t[i].n_dims, x->t[i].ne, x->t[i].type);
+		fallback += x->t[i].n_dims == 2 && x->t[i].type != x->o.type;
+		x->total += gguf_w_tensor_nbytes(x->w, i);
 	}
 	if (fallback)
 		fprintf(stderr, "tierkv gen-model: %zu tensors have rows that are not whole %s blocks; they are q8_0\n",
-			fallback, tkv_dtype_name(o.type));
-	if ((st = gguf_w_error(w)->status)) {
-		err = *gguf_w_error(w);
-		goto fail;
+			fallback, tkv_dtype_name(x->o.type));
+	if ((st = gguf_w_error(x->w)->status)) {
+		x->err = *gguf_w_error(x->w);
+		return gm_fail(x, st);
 	}
+	return CLI_OK;
+}
 
-	fp = fopen(o.out, "wb");
-	if (!fp) {
-		fprintf(stderr, "tierkv gen-model: cannot create %s: %s\n", o.out, strerror(errno));
-		goto out;
-	}
-	if ((st = tpool_init(&tp, o.threads ? (int)o.threads : tpool_default_threads(), NULL, &err)))
-		goto fail;
-	{
-		uint64_t widest = 0;
+/* The output file, the threads and the chunk buffers. */
+static int gm_prepare(struct gm_ctx *x)
+{
+	uint64_t widest = 0;
+	int st;
 
-		for (size_t i = 0; i < n_t; i++)
-			if (t[i].ne[0] > widest)
-				widest = t[i].ne[0];
-		buf = malloc(GM_CHUNK_BYTES + widest * 4);
-		scratch = malloc((size_t)tpool_n(tp) * widest * sizeof(float));
-		if (!buf || !scratch) {
-			fprintf(stderr, "tierkv gen-model: out of memory\n");
-			goto out;
-		}
+	if (!(x->fp = fopen(x->o.out, "wb"))) {
+		fprintf(stderr, "tierkv gen-model: cannot create %s: %s\n", x->o.out, strerror(errno));
+		return CLI_ERR;
 	}
-	if ((st = gguf_w_start_file(w, fp))) {
-		err = *gguf_w_error(w);
+	if ((st = tkv_threads_init(&x->tp, x->o.threads ? (int)x->o.threads : tkv_default_threads(), &x->err)))
+		return gm_fail(x, st);
+	for (size_t i = 0; i < x->n_t; i++)
+		if (x->t[i].ne[0] > widest)
+			widest = x->t[i].ne[0];
+	x->buf = malloc(GM_CHUNK_BYTES + widest * 4);
+	x->scratch = malloc((size_t)tkv_threads_n(x->tp) * widest * sizeof(float));
+	if (!x->buf || !x->scratch) {
+		fprintf(stderr, "tierkv gen-model: out of memory\n");
+		return CLI_ERR;
+	}
+	return CLI_OK;
+}
+
+/* The header, then every tensor's rows in chunks generated by all threads,
+ * then the file closed. */
+static int gm_write(struct gm_ctx *x)
+{
+	int st;
+
+	if ((st = gguf_w_start_file(x->w, x->fp)))
 		goto fail;
-	}
-	fprintf(stderr, "tierkv gen-model: %s, %s, %u layers, %u tokens, %.2f GiB of tensors -> %s\n", o.shape->name,
-		tkv_dtype_name(o.type), n_layer, n_vocab, (double)total / (1u << 30), o.out);
-	for (size_t i = 0; i < n_t; i++) {
-		size_t rb = tkv_dtype_row_size(t[i].type, t[i].ne[0]);
+	fprintf(stderr, "tierkv gen-model: %s, %s, %u layers, %u tokens, %.2f GiB of tensors -> %s\n", x->o.shape->name,
+		tkv_dtype_name(x->o.type), x->n_layer, x->n_vocab, (double)x->total / (1u << 30), x->o.out);
+	for (size_t i = 0; i < x->n_t; i++) {
+		const struct gm_tensor *t = &x->t[i];
+		size_t rb = tkv_dtype_row_size(t->type, t->ne[0]);
 		int64_t step = (int64_t)(GM_CHUNK_BYTES / rb) > 0 ? (int64_t)(GM_CHUNK_BYTES / rb) : 1;
 
-		for (int64_t r = 0; r < (int64_t)t[i].ne[1]; r += step) {
-			struct gm_job j = { &t[i], o.seed, i, r, 0, rb, buf, scratch };
+		for (int64_t r = 0; r < (int64_t)t->ne[1]; r += step) {
+			struct gm_job j = { t, x->o.seed, i, r, 0, rb, x->buf, x->scratch };
 
-			j.n_rows = (int64_t)t[i].ne[1] - r < step ? (int64_t)t[i].ne[1] - r : step;
-			tpool_run(tp, gm_worker, &j);
-			if ((st = gguf_w_write(w, buf, (size_t)j.n_rows * rb))) {
-				err = *gguf_w_error(w);
+			j.n_rows = (int64_t)t->ne[1] - r < step ? (int64_t)t->ne[1] - r : step;
+			tkv_threads_run(x->tp, gm_worker, &j);
+			if ((st = gguf_w_write(x->w, x->buf, (size_t)j.n_rows * rb)))
 				goto fail;
-			}
 		}
 	}
-	if ((st = gguf_w_finish(w))) {
-		err = *gguf_w_error(w);
+	if ((st = gguf_w_finish(x->w)))
 		goto fail;
+	st = fclose(x->fp);
+	x->fp = NULL;
+	if (st) {
+		fprintf(stderr, "tierkv gen-model: cannot write %s: %s\n", x->o.out, strerror(errno));
+		return CLI_ERR;
 	}
-	if (fclose(fp)) {
-		fp = NULL;
-		fprintf(stderr, "tierkv gen-model: cannot write %s: %s\n", o.out, strerror(errno));
-		goto out;
-	}
-	fp = NULL;
-	fprintf(stderr, "tierkv gen-model: wrote %s in %.1f s\n", o.out, cli_now() - t0);
-	rc = CLI_OK;
-	goto out;
-
+	return CLI_OK;
 fail:
-	fprintf(stderr, "tierkv gen-model: %s\n", err.msg[0] ? err.msg : tkv_status_str(st));
-out:
-	if (fp) {
-		fclose(fp);
-		remove(o.out);
+	x->err = *gguf_w_error(x->w);
+	return gm_fail(x, st);
+}
+
+static void gm_ctx_free(struct gm_ctx *x)
+{
+	if (x->fp) {
+		fclose(x->fp);
+		remove(x->o.out);
 	}
-	free(buf);
-	free(scratch);
-	free(t);
-	tpool_free(tp);
-	gguf_w_free(w);
-	gguf_close(voc);
+	free(x->buf);
+	free(x->scratch);
+	free(x->t);
+	tkv_threads_free(x->tp);
+	gguf_w_free(x->w);
+	gguf_close(x->voc);
+}
+
+int cli_gen_model(int argc, char **argv)
+{
+	struct gm_ctx x = { 0 };
+	double t0 = cli_now();
+	int rc;
+
+	rc = gm_parse(argc, argv, &x.o);
+	if (rc == -1)
+		return CLI_OK;
+	if (rc)
+		return rc;
+	x.n_layer = x.o.layers ? (uint32_t)x.o.layers : x.o.shape->n_layer;
+	if (!(rc = gm_open_vocab(&x)) && !(rc = gm_header(&x)) && !(rc = gm_prepare(&x)) && !(rc = gm_write(&x)))
+		fprintf(stderr, "tierkv gen-model: wrote %s in %.1f s\n", x.o.out, cli_now() - t0);
+	gm_ctx_free(&x);
 	return rc;
 }

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "model/gguf.h" /* the file itself, key by key: the one exception to tierkv.h (docs/api.md) */
+#include "model/gguf.h" /* the file itself, key by key: a named exception to tierkv.h (docs/api.md) */
 #include "tierkv.h"
 
 static void inspect_help(void)

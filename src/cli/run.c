@@ -2,14 +2,12 @@
  *
  * stdout gets the prompt followed by the generated text and nothing else;
  * everything else (timings, KV bytes, errors) goes to stderr. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
-#include "util/status.h"
 
 static void run_help(void)
 {
@@ -47,84 +45,36 @@ struct run_opts {
 	struct tkv_engine_params ep;
 };
 
+static const struct cli_opt run_table[] = {
+	CLI_HELP_OPT,
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct run_opts, model), 0, 0 },
+	{ "-p", "--prompt", CLI_OPT_STR, offsetof(struct run_opts, prompt), 0, 0 },
+	{ "-f", "--file", CLI_OPT_STR, offsetof(struct run_opts, file), 0, 0 },
+	{ "-n", "--n-predict", CLI_OPT_LONG, offsetof(struct run_opts, n_predict), -1, 1L << 30 },
+	{ NULL, "--ignore-eos", CLI_OPT_FLAG, offsetof(struct run_opts, ignore_eos), 0, 0 },
+};
+
+/* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct run_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "run" };
-	long x;
-	double d;
-	int rc;
+	int rc, handled;
 
 	memset(o, 0, sizeof *o);
 	o->n_predict = -1;
 	o->sp = tkv_sampler_default_params();
 	o->ep = tkv_engine_default_params();
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i];
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			run_help();
-			return -1;
-		} else if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-			if (!(o->model = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-p") || !strcmp(s, "--prompt")) {
-			if (!(o->prompt = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-f") || !strcmp(s, "--file")) {
-			if (!(o->file = cli_value(&a, s)))
-				return CLI_USAGE;
-		} else if (!strcmp(s, "-n") || !strcmp(s, "--n-predict")) {
-			if ((rc = cli_int(&a, s, -1, 1L << 30, &o->n_predict)))
-				return rc;
-		} else if (!strcmp(s, "--temp")) {
-			if ((rc = cli_float(&a, s, 0, 100, &d)))
-				return rc;
-			o->sp.temp = (float)d;
-		} else if (!strcmp(s, "--top-k")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 30, &x)))
-				return rc;
-			o->sp.top_k = (int32_t)x;
-		} else if (!strcmp(s, "--top-p")) {
-			if ((rc = cli_float(&a, s, 1e-9, 1, &d)))
-				return rc;
-			o->sp.top_p = (float)d;
-		} else if (!strcmp(s, "--min-p")) {
-			if ((rc = cli_float(&a, s, 0, 1, &d)))
-				return rc;
-			o->sp.min_p = (float)d;
-		} else if (!strcmp(s, "--repeat-penalty")) {
-			if ((rc = cli_float(&a, s, 1e-3, 100, &d)))
-				return rc;
-			o->sp.repeat_penalty = (float)d;
-		} else if (!strcmp(s, "--repeat-last-n")) {
-			if ((rc = cli_int(&a, s, 0, 1L << 20, &x)))
-				return rc;
-			o->sp.repeat_last_n = (int32_t)x;
-		} else if (!strcmp(s, "-s") || !strcmp(s, "--seed")) {
-			if ((rc = cli_u64(&a, s, &o->sp.seed)))
-				return rc;
-			o->seed_set = 1;
-		} else if (!strcmp(s, "--ignore-eos")) {
-			o->ignore_eos = 1;
-		} else {
-			int handled;
-
-			if ((rc = cli_engine_option(&a, &o->ep, &o->kv_stats, &handled)))
-				return rc;
-			if (!handled)
-				return cli_usage_error(&a, "unknown option '%s'", s);
-		}
-	}
+	for (; a.i < argc; a.i++)
+		if ((rc = cli_table_option(&a, CLI_TABLE(run_table), o, &handled)) ||
+		    (!handled && (rc = cli_sampler_option(&a, &o->sp, &o->seed_set, &handled))) ||
+		    (!handled && (rc = cli_engine_or_unknown(&a, &o->ep, &o->kv_stats))))
+			return rc;
 	if ((rc = cli_kv_check(&a, &o->ep)))
 		return rc;
 	if (o->prompt && o->file)
 		return cli_usage_error(&a, "give -p or -f, not both");
-	if (!o->seed_set) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		o->sp.seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-	}
+	if (!o->seed_set)
+		o->sp.seed = cli_random_seed();
 	return 0;
 }
 
@@ -168,14 +118,10 @@ static void run_free(struct run_state *r)
  * r->err say why when a library call failed; otherwise it has printed why). */
 static int run_setup(struct run_state *r, struct run_opts *o, const char *prompt, size_t prompt_len)
 {
-	struct tkv_model_params mp = tkv_model_default_params();
 	uint32_t n_ctx;
 	int rc;
 
-	if ((r->st = tkv_model_load(&r->m, o->model, &mp, &r->err)))
-		return CLI_ERR;
-	tkv_model_get_info(r->m, &r->info);
-	if ((rc = cli_check_layer_plan("run", &o->ep, &r->info)))
+	if ((rc = cli_load_model("run", o->model, &o->ep, &r->m, &r->info)))
 		return rc;
 	r->voc = tkv_model_vocab(r->m);
 	if ((r->st = tkv_engine_init(&r->e, r->m, &o->ep, &r->err)) || (r->st = tkv_seq_init(&r->seq, r->e, &r->err)) ||
@@ -301,14 +247,12 @@ int cli_run(int argc, char **argv)
 	int rc, st;
 
 	st = parse(argc, argv, &o);
-	if (st == -1)
-		return CLI_OK;
+	if (st == CLI_HELP)
+		run_help();
 	if (st)
-		return st;
-	if (!o.model && !(o.model = cli_bundled_model())) {
-		fprintf(stderr, "tierkv run: no -m given and the bundled model was not found\n");
-		return CLI_USAGE;
-	}
+		return st == CLI_HELP ? CLI_OK : st;
+	if ((rc = cli_model_path("run", &o.model)))
+		return rc;
 	if (o.file) {
 		if (!(prompt_buf = cli_read_file(o.file, &prompt_len)))
 			return CLI_ERR;

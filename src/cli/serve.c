@@ -198,27 +198,19 @@ int cli_serve(int argc, char **argv)
 			p.verbose = 1;
 			continue;
 		}
-		if ((rc = serve_listen(&a, s, &p, &handled)) || handled)
-			goto next;
-		if ((rc = serve_limits(&a, s, &p, &handled)) || handled)
-			goto next;
-		if ((rc = serve_store(&a, s, &p, &handled)) || handled)
-			goto next;
-		if ((rc = cli_kv_option(&a, &p.ep, &p.kv_stats, &handled)))
+		if ((rc = serve_listen(&a, s, &p, &handled)) ||
+		    (!handled && (rc = serve_limits(&a, s, &p, &handled))) ||
+		    (!handled && (rc = serve_store(&a, s, &p, &handled))) ||
+		    (!handled && (rc = cli_kv_option(&a, &p.ep, &p.kv_stats, &handled))))
 			return rc;
 		if (!handled)
 			return cli_usage_error(&a, "unknown option '%s'", s);
-next:
-		if (rc)
-			return rc;
 	}
 	if (cli_kv_check(&a, &p.ep))
 		return CLI_USAGE;
 	if (p.kv_store)
 		p.ep.prefix_cache = 1;  /* the store sits behind the local prefix tree */
-	if (!p.model_path && !(p.model_path = cli_bundled_model())) {
-		fprintf(stderr, "tierkv serve: no -m given and the bundled model was not found\n");
-		return CLI_USAGE;
-	}
+	if ((rc = cli_model_path("serve", &p.model_path)))
+		return rc;
 	return srv_run(&p) ? CLI_ERR : CLI_OK;
 }

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "util/status.h"
 
 static void tokenize_help(void)
 {

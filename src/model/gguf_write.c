@@ -690,3 +690,30 @@ const void *gguf_w_mem(const struct gguf_w *w, size_t *size)
 		*size = w->out.len;
 	return w->out.p;
 }
+
+int gguf_w_add_kv(struct gguf_w *w, const struct gguf_kv *kv)
+{
+	char key[256];
+
+	snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 255 ? kv->key.len : 255), kv->key.ptr);
+	switch (kv->type) {
+	case GGUF_TYPE_UINT8: return gguf_w_add_u8(w, key, (uint8_t)kv->v.u64);
+	case GGUF_TYPE_INT8: return gguf_w_add_i8(w, key, (int8_t)kv->v.i64);
+	case GGUF_TYPE_UINT16: return gguf_w_add_u16(w, key, (uint16_t)kv->v.u64);
+	case GGUF_TYPE_INT16: return gguf_w_add_i16(w, key, (int16_t)kv->v.i64);
+	case GGUF_TYPE_UINT32: return gguf_w_add_u32(w, key, (uint32_t)kv->v.u64);
+	case GGUF_TYPE_INT32: return gguf_w_add_i32(w, key, (int32_t)kv->v.i64);
+	case GGUF_TYPE_FLOAT32: return gguf_w_add_f32(w, key, (float)kv->v.f64);
+	case GGUF_TYPE_BOOL: return gguf_w_add_bool(w, key, kv->v.u64 != 0);
+	case GGUF_TYPE_UINT64: return gguf_w_add_u64(w, key, kv->v.u64);
+	case GGUF_TYPE_INT64: return gguf_w_add_i64(w, key, kv->v.i64);
+	case GGUF_TYPE_FLOAT64: return gguf_w_add_f64(w, key, kv->v.f64);
+	case GGUF_TYPE_STRING: return gguf_w_add_strn(w, key, kv->v.str.ptr, kv->v.str.len);
+	case GGUF_TYPE_ARRAY:
+		if (kv->v.arr.type == GGUF_TYPE_STRING)
+			return gguf_w_add_arr_strn(w, key, kv->v.arr.strs, kv->v.arr.n);
+		return gguf_w_add_arr(w, key, kv->v.arr.type, kv->v.arr.data, kv->v.arr.n);
+	default:
+		return TKV_ERR_FORMAT;
+	}
+}

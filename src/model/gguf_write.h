@@ -74,6 +74,10 @@ int gguf_w_add_arr_str(struct gguf_w *w, const char *key, const char *const *str
 		       uint64_t n);
 int gguf_w_add_arr_strn(struct gguf_w *w, const char *key, const struct gguf_str *strs,
 			uint64_t n);
+/* One key/value of a file being read (kv borrowed: its key, cut to 255
+ * bytes, and value are copied), as the matching add call above;
+ * TKV_ERR_FORMAT for a type it does not know. */
+int gguf_w_add_kv(struct gguf_w *w, const struct gguf_kv *kv);
 
 /* A tensor info: n_dims 1..4 dims ne[] (ne[0] the row, a multiple of the type's
  * block size), type an enum tkv_dtype. Tensors are laid out in the order added. */

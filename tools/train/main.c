@@ -816,26 +816,6 @@ out:
 
 /* ---- export ----------------------------------------------------------------------- */
 
-static int copy_kv(struct gguf_w *w, const struct gguf_kv *kv)
-{
-	char key[256];
-
-	snprintf(key, sizeof key, "%.*s", (int)(kv->key.len < 255 ? kv->key.len : 255), kv->key.ptr);
-	switch (kv->type) {
-	case GGUF_TYPE_UINT32: return gguf_w_add_u32(w, key, (uint32_t)kv->v.u64);
-	case GGUF_TYPE_INT32: return gguf_w_add_i32(w, key, (int32_t)kv->v.i64);
-	case GGUF_TYPE_FLOAT32: return gguf_w_add_f32(w, key, (float)kv->v.f64);
-	case GGUF_TYPE_BOOL: return gguf_w_add_bool(w, key, kv->v.u64 != 0);
-	case GGUF_TYPE_STRING: return gguf_w_add_strn(w, key, kv->v.str.ptr, kv->v.str.len);
-	case GGUF_TYPE_ARRAY:
-		if (kv->v.arr.type == GGUF_TYPE_STRING)
-			return gguf_w_add_arr_strn(w, key, kv->v.arr.strs, kv->v.arr.n);
-		return gguf_w_add_arr(w, key, kv->v.arr.type, kv->v.arr.data, kv->v.arr.n);
-	default:
-		return TKV_ERR_FORMAT;
-	}
-}
-
 static int cmd_export(int argc, char **argv)
 {
 	const char *ckpt = NULL, *vocab = NULL, *out = NULL, *name = "tierkv kjv";
@@ -898,7 +878,7 @@ static int cmd_export(int argc, char **argv)
 		const struct gguf_kv *kv = gguf_kv_at(g, i);
 
 		if (kv->key.len > 10 && !memcmp(kv->key.ptr, "tokenizer.", 10))
-			copy_kv(w, kv);
+			gguf_w_add_kv(w, kv);
 	}
 	for (size_t i = 0; i < m.n_t; i++) {
 		const struct trn_tensor *t = &m.t[i];
