@@ -25,29 +25,16 @@ while [ $# -gt 0 ]; do
 done
 [ "$clients" -ge 1 ] && [ "$clients" -le 1024 ] || { echo "loadtest: -c 1..1024" >&2; exit 2; }
 [ "$secs" -ge 1 ] && [ "$secs" -le 3600 ] || { echo "loadtest: -d 1..3600" >&2; exit 2; }
-bin=${TIERKV_BIN:-build/tierkv}
-if [ ! -x "$bin" ]; then
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build -j"$(nproc)" --target tierkv-cli >/dev/null
-fi
+. scripts/serve_lib.sh
+serve_build
 [ -n "$model" ] || model=models/stories260K.gguf
 
 tmp=$(mktemp -d)
-spid=
-trap '[ -n "$spid" ] && kill -KILL "$spid" 2>/dev/null; rm -rf "$tmp"' EXIT
-"$bin" serve -m "$model" --port 0 --max-seqs "$clients" --max-queue $((clients * 2)) "$@" 2>"$tmp/server.log" &
-spid=$!
-url=
-for _ in $(seq 300); do
-	port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/server.log" 2>/dev/null | grep -o '[0-9]*$' || true)
-	if [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
-		url=http://127.0.0.1:$port
-		break
-	fi
-	kill -0 "$spid" 2>/dev/null || break
-	sleep 0.1
-done
-[ -n "$url" ] || { echo "loadtest: the server did not start"; cat "$tmp/server.log"; exit 1; }
+serve_pid=
+trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+serve_start "$tmp/server.log" -m "$model" --max-seqs "$clients" --max-queue $((clients * 2)) "$@" ||
+	{ echo "loadtest: the server did not start"; cat "$tmp/server.log"; exit 1; }
+url=$serve_url
 head -n 1 "$tmp/server.log"
 
 # client ID: requests until the deadline; one line per request: code seconds
@@ -87,17 +74,15 @@ for i in $(seq "$clients"); do
 done
 peak_rss=0
 while [ "$(date +%s)" -lt "$end" ]; do
-	rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$spid/status" 2>/dev/null || echo 0)
+	rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
 	[ "${rss:-0}" -gt "$peak_rss" ] && peak_rss=$rss
 	sleep 1
 done
 wait "${pids[@]}"
 elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { print e - s }')
 curl -s "$url/metrics" >"$tmp/metrics"
-kill -TERM "$spid"
-src=0
-wait "$spid" || src=$?
-spid=
+serve_stop
+src=$serve_rc
 
 cat "$tmp"/c*.log >"$tmp/all"
 sent=$(wc -l <"$tmp/all")

@@ -36,33 +36,19 @@ while [ $# -gt 0 ]; do
 done
 [ "$clients" -ge 1 ] && [ "$clients" -le 512 ] || { echo "soak: -c 1..512" >&2; exit 2; }
 [ "$secs" -ge 5 ] && [ "$secs" -le 86400 ] || { echo "soak: -d 5..86400" >&2; exit 2; }
-bin=${TIERKV_BIN:-build/tierkv}
-if [ ! -x "$bin" ]; then
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build -j"$(nproc)" --target tierkv-cli >/dev/null
-fi
+. scripts/serve_lib.sh
+serve_build
 [ -n "$model" ] || model=models/stories260K.gguf
 command -v curl >/dev/null || { echo "soak: curl is needed" >&2; exit 2; }
 
 tmp=$(mktemp -d)
-spid=
-trap '[ -n "$spid" ] && kill -KILL "$spid" 2>/dev/null; rm -rf "$tmp"' EXIT
+serve_pid=
+trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 key=sk-soak-$$
-"$bin" serve -m "$model" --host 127.0.0.1 --port 0 --api-key "$key" --kv-mem "$kv_mem" \
-	--max-seqs "$clients" --max-queue $((clients * 2)) --max-body 64K --max-tokens 512 --timeout 120 \
-	"$@" 2>"$tmp/server.log" &
-spid=$!
-url=
-for _ in $(seq 300); do
-	port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/server.log" 2>/dev/null | grep -o '[0-9]*$' || true)
-	if [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
-		url=http://127.0.0.1:$port
-		break
-	fi
-	kill -0 "$spid" 2>/dev/null || break
-	sleep 0.1
-done
-[ -n "$url" ] || { echo "soak: the server did not start"; cat "$tmp/server.log"; exit 1; }
+serve_start "$tmp/server.log" -m "$model" --host 127.0.0.1 --api-key "$key" --kv-mem "$kv_mem" \
+	--max-seqs "$clients" --max-queue $((clients * 2)) --max-body 64K --max-tokens 512 --timeout 120 "$@" ||
+	{ echo "soak: the server did not start"; cat "$tmp/server.log"; exit 1; }
+url=$serve_url
 head -n 1 "$tmp/server.log"
 
 # a body over --max-body (64K)
@@ -173,11 +159,11 @@ done
 echo "t rss_kib kv_allocated kv_peak live queued" >"$tmp/samples"
 crashed=0
 while [ "$(date +%s)" -lt "$end" ]; do
-	if ! kill -0 "$spid" 2>/dev/null; then
+	if ! kill -0 "$serve_pid" 2>/dev/null; then
 		crashed=1
 		break
 	fi
-	rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$spid/status" 2>/dev/null || echo 0)
+	rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
 	if curl -s --max-time 10 -H "Authorization: Bearer $key" "$url/metrics" >"$tmp/m" 2>/dev/null; then
 		echo "$(($(date +%s) - start)) ${rss:-0} $(metric tierkv_kv_allocated_bytes "$tmp/m") \
 $(metric tierkv_kv_peak_allocated_bytes "$tmp/m") $(metric tierkv_live_sequences "$tmp/m") \
@@ -186,18 +172,18 @@ $(metric tierkv_queue_length "$tmp/m")" >>"$tmp/samples"
 	sleep 5
 done
 wait "${pids[@]}"
-kill -0 "$spid" 2>/dev/null || crashed=1
+kill -0 "$serve_pid" 2>/dev/null || crashed=1
 sleep 1
 curl -s --max-time 10 -H "Authorization: Bearer $key" "$url/metrics" >"$tmp/metrics" || true
-rss_end=$(awk '/^VmRSS/ { print $2 }' "/proc/$spid/status" 2>/dev/null || echo 0)
-src=0
+rss_end=$(awk '/^VmRSS/ { print $2 }' "/proc/$serve_pid/status" 2>/dev/null || echo 0)
 if [ "$crashed" -eq 0 ]; then
-	kill -TERM "$spid"
-	wait "$spid" || src=$?
+	serve_stop
+	src=$serve_rc
 else
-	wait "$spid" || src=$?
+	src=0
+	wait "$serve_pid" || src=$?
+	serve_pid=
 fi
-spid=
 
 cat "$tmp"/c*.log >"$tmp/all"
 sent=$(wc -l <"$tmp/all")

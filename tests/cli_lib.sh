@@ -1,6 +1,6 @@
-# cli_lib.sh - sourced by the CLI contract tests (cli_errors.sh, cli_eval.sh,
-# cli_eval_retrieval.sh): the binary, the model (the shared fixture, else the
-# bundled copy), a scratch directory, the pass/fail counters and expect.
+# cli_lib.sh - sourced by the CLI tests (tests/cli_*.sh, api_install.sh): the
+# binary, the model (the shared fixture, else the bundled copy), a scratch
+# directory, the pass/fail counters and expect.
 set -u
 bin=${TIERKV_BIN:?}
 models=${TIERKV_MODELS:-../shared/models}

@@ -6,13 +6,10 @@
 # serving), client disconnects, 16 concurrent requests, then stops the servers
 # with SIGTERM and checks that they exit 0 (under ASan: without leaks).
 set -u
-bin=${TIERKV_BIN:?}
-models=${TIERKV_MODELS:-../shared/models}
-model=$models/stories260K.gguf
-[ -r "$model" ] || model=${TIERKV_BUNDLED:?}/stories260K.gguf
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/cli_lib.sh"
+. "$here/../scripts/serve_lib.sh"
 command -v curl >/dev/null || { echo "cli_server: curl is needed (apt-get install curl)"; exit 1; }
-pass=0 fail=0
-tmp=$(mktemp -d)
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
@@ -20,30 +17,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-
-# start NAME ARGS...: starts a server on a free port; sets $url
+# start NAME ARGS...: starts a server on a free port; sets NAME_pid and NAME_url
 start() {
 	local name=$1
 	shift
-	"$bin" serve -m "$model" --port 0 "$@" 2>"$tmp/$name.log" &
-	local pid=$!
-	pids+=("$pid")
-	eval "${name}_pid=$pid"
-	for _ in $(seq 200); do
-		local port
-		port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$tmp/$name.log" 2>/dev/null | grep -o '[0-9]*$')
-		if [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
-			eval "${name}_url=http://127.0.0.1:$port"
-			return 0
-		fi
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	echo "FAIL: server $name did not start:"
-	cat "$tmp/$name.log"
-	exit 1
+	serve_start "$tmp/$name.log" -m "$model" "$@"
+	local started=$?
+	pids+=("$serve_pid")
+	eval "${name}_pid=$serve_pid"
+	if [ "$started" -ne 0 ]; then
+		echo "FAIL: server $name did not start:"
+		cat "$tmp/$name.log"
+		exit 1
+	fi
+	eval "${name}_url=$serve_url"
 }
 
 # stop NAME: SIGTERM, then the exit code must be 0
