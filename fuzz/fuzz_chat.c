@@ -30,22 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "common.h"
 #include "tierkv.h"
 
-#define CHECK(c)                                                            \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #c);                              \
-			abort();                                            \
-		}                                                           \
-	} while (0)
-
-#ifndef TKV_BUNDLED_MODEL
-#define TKV_BUNDLED_MODEL "models/stories260K.gguf"
-#endif
 
 #define SEP 0x1e
 #define MAX_MSG 256
@@ -59,39 +47,16 @@ static struct tok *toks[2];
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static struct tok *load_tok(const char *path, bool need)
-{
-	struct gguf_file *g = NULL;
-	struct tkv_error err = { 0 };
-	struct tok *t = NULL;
-
-	if (gguf_open(&g, path, NULL, &err) || tok_init(&t, g, NULL, &err)) {
-		fprintf(stderr, "fuzz_chat: %s: %s%s\n", path, err.msg,
-			need ? " (set TIERKV_MODELS)" : "; skipped (set TIERKV_VOCAB)");
-		if (need)
-			abort();
-		t = NULL;
-	}
-	gguf_close(g);
-	return t;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *models = getenv("TIERKV_MODELS"), *vocab = getenv("TIERKV_VOCAB");
 	char path[4096];
-	FILE *f;
 
 	(void)argc;
 	(void)argv;
-	snprintf(path, sizeof path, "%s/stories260K.gguf", models && *models ? models : "../shared/models");
-	if (!(f = fopen(path, "rb")))
-		snprintf(path, sizeof path, "%s", TKV_BUNDLED_MODEL);
-	else
-		fclose(f);
-	toks[0] = load_tok(path, true);
-	snprintf(path, sizeof path, "%s/ggml-vocab-qwen2.gguf", vocab && *vocab ? vocab : "../shared/vocab");
-	toks[1] = load_tok(path, false);
+	fuzz_model_path(path, sizeof path);
+	toks[0] = fuzz_load_tok("fuzz_chat", path, true, "TIERKV_MODELS", NULL);
+	fuzz_vocab_path(path, sizeof path, "ggml-vocab-qwen2.gguf");
+	toks[1] = fuzz_load_tok("fuzz_chat", path, false, "TIERKV_VOCAB", NULL);
 	return 0;
 }
 
@@ -120,17 +85,6 @@ static const char *gen_prompt(const struct tkv_chat_template *t, const struct tk
 	case TKV_CHAT_MISTRAL_V7: return user_last ? "[/INST]" : "";
 	default: return "Assistant:";
 	}
-}
-
-/* First occurrence of n bytes of needle in hay (hn bytes), or NULL. */
-static const char *find(const char *hay, size_t hn, const char *needle, size_t n)
-{
-	if (n == 0)
-		return hay;
-	for (size_t i = 0; n <= hn && i <= hn - n; i++)
-		if (hay[i] == needle[0] && !memcmp(hay + i, needle, n))
-			return hay + i;
-	return NULL;
 }
 
 static bool ends_with(const struct buf *b, const char *s)
@@ -206,7 +160,7 @@ static void check_render(const struct tkv_chat_template *t, const struct tkv_cha
 		/* gemma writes its system text into the first turn: none, none written */
 		if (!s || !len || (t->family == TKV_CHAT_GEMMA && i == 0 && n == 1 && !strcmp(m[0].role, "system")))
 			continue;
-		hit = find(out.p + at, out.len - at, s, len);
+		hit = fuzz_find(out.p + at, out.len - at, s, len);
 		CHECK(hit);
 		at = (size_t)(hit - out.p) + len;
 	}

@@ -15,14 +15,8 @@
 #include "model/gguf_write.h"
 #include "util/alloc.h"
 
-#define CHECK(c)                                                            \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #c);                              \
-			abort();                                            \
-		}                                                           \
-	} while (0)
+#include "common.h"
+
 
 static volatile uint64_t sink;
 

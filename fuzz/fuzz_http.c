@@ -31,18 +31,8 @@
 #include "model/tokenizer.h"
 #include "server/srv_impl.h"
 
-#define CHECK(c)                                                            \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #c);                              \
-			abort();                                            \
-		}                                                           \
-	} while (0)
+#include "common.h"
 
-#ifndef TKV_BUNDLED_MODEL
-#define TKV_BUNDLED_MODEL "models/stories260K.gguf"
-#endif
 
 /* One server configuration: tokenizer, chat template and limits. */
 struct fz_ctx {
@@ -58,24 +48,18 @@ static struct tok *tok_stories, *tok_qwen;
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The tokenizer at path, and in chat the template its metadata names, as
+ * the server picks it (plain when none is found). */
 static struct tok *load_tok(const char *path, struct tkv_chat_template *chat, bool need)
 {
 	struct gguf_file *g = NULL;
-	struct tkv_error err = { 0 };
-	struct tok *t = NULL;
+	struct tok *t = fuzz_load_tok("fuzz_http", path, need, need ? "TIERKV_MODELS" : "TIERKV_VOCAB", &g);
+	const struct gguf_kv *kv;
 
-	if (gguf_open(&g, path, NULL, &err) || tok_init(&t, g, NULL, &err)) {
-		fprintf(stderr, "fuzz_http: %s: %s%s\n", path, err.msg,
-			need ? " (set TIERKV_MODELS)" : "; skipped (set TIERKV_VOCAB)");
-		if (need)
-			abort();
-		gguf_close(g);
+	if (!t)
 		return NULL;
-	}
 	if (chat) {
-		/* as the server: the family the metadata's template names, else plain */
-		const struct gguf_kv *kv = gguf_find(g, "tokenizer.chat_template");
-
+		kv = gguf_find(g, "tokenizer.chat_template");
 		memset(chat, 0, sizeof *chat);
 		if (!kv || kv->type != GGUF_TYPE_STRING ||
 		    tkv_chat_template_detect(chat, kv->v.str.ptr, (size_t)kv->v.str.len) != TKV_OK)
@@ -105,18 +89,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	static const char *const families[] = {
 		"plain", "chatml", "llama-2", "mistral", "llama-3", "zephyr", "phi-3", "gemma",
 	};
-	const char *models = getenv("TIERKV_MODELS"), *vocab = getenv("TIERKV_VOCAB");
 	struct tkv_chat_template chat;
 	char path[4096];
-	FILE *f;
 
 	(void)argc;
 	(void)argv;
-	snprintf(path, sizeof path, "%s/stories260K.gguf", models && *models ? models : "../shared/models");
-	if (!(f = fopen(path, "rb")))
-		snprintf(path, sizeof path, "%s", TKV_BUNDLED_MODEL);
-	else
-		fclose(f);
+	fuzz_model_path(path, sizeof path);
 	tok_stories = load_tok(path, NULL, true);
 	for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
 		size_t n = 0;
@@ -130,7 +108,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		 * and the max_tokens clamp are reached by short bodies */
 		add_ctx(tok_stories, &chat, i % 2 ? 24 : 512, i % 2 ? 8 : 4096, families[i]);
 	}
-	snprintf(path, sizeof path, "%s/ggml-vocab-qwen2.gguf", vocab && *vocab ? vocab : "../shared/vocab");
+	fuzz_vocab_path(path, sizeof path, "ggml-vocab-qwen2.gguf");
 	if ((tok_qwen = load_tok(path, &chat, false)))
 		add_ctx(tok_qwen, &chat, 32768, 4096, "qwen2 (GGUF template)");
 	return 0;
@@ -144,17 +122,6 @@ static bool printable(const char *s)
 	return true;
 }
 
-/* First occurrence of n bytes of needle in hay (hn bytes), or NULL. */
-static const char *find(const char *hay, size_t hn, const char *needle, size_t n)
-{
-	if (n == 0)
-		return hay;
-	for (size_t i = 0; n <= hn && i <= hn - n; i++)
-		if (hay[i] == needle[0] && !memcmp(hay + i, needle, n))
-			return hay + i;
-	return NULL;
-}
-
 /* No file path or pointer in a client-visible message, unless the client sent
  * those very bytes (JSON errors quote the token near the error). Pointers:
  * 0x and at least 6 hex digits; paths: the fixtures' directories, /work,
@@ -165,9 +132,9 @@ static bool no_leak(const char *msg, const char *body, size_t len)
 	size_t n = strlen(msg);
 
 	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
-		const char *at = find(msg, n, paths[i], strlen(paths[i]));
+		const char *at = fuzz_find(msg, n, paths[i], strlen(paths[i]));
 
-		if (at && !find(body, len, paths[i], strlen(paths[i])))
+		if (at && !fuzz_find(body, len, paths[i], strlen(paths[i])))
 			return false;
 	}
 	for (size_t i = 0; i + 2 < n; i++) {
@@ -177,7 +144,7 @@ static bool no_leak(const char *msg, const char *body, size_t len)
 			continue;
 		while (i + 2 + k < n && isxdigit((unsigned char)msg[i + 2 + k]))
 			k++;
-		if (k >= 6 && !find(body, len, msg + i, k + 2))
+		if (k >= 6 && !fuzz_find(body, len, msg + i, k + 2))
 			return false;
 	}
 	return true;
@@ -228,34 +195,32 @@ static char *stream_text(const struct tok *t, const int32_t *ids, size_t n, size
 	return out;
 }
 
+/* s (freed here) parses as JSON whose first choice holds text exactly: in
+ * its chat_key's content for a chat, in its text otherwise. */
+static void check_choice_text(char *s, enum srv_kind kind, const char *chat_key, const char *text, size_t len)
+{
+	json_t *j, *choice, *v;
+
+	CHECK(s);
+	j = json_loads(s, JSON_ALLOW_NUL, NULL);
+	CHECK(j);
+	choice = json_array_get(json_object_get(j, "choices"), 0);
+	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, chat_key), "content")
+			     : json_object_get(choice, "text");
+	CHECK(json_is_string(v) && json_string_length(v) == len && !memcmp(json_string_value(v), text, len));
+	json_decref(j);
+	free(s);
+}
+
 /* Response and chunk JSON hold the text exactly. */
 static void check_responses(enum srv_kind kind, const char *text, size_t len, const struct srv_gen *g)
 {
 	struct srv_usage u = { (uint32_t)g->n_prompt, g->max_tokens };
-	json_t *j, *choice, *v;
-	char *s;
 
-	s = srv_api_response_json(kind, "cmpl-fuzz", 1, "stories260K", text, len, "length", &u);
-	CHECK(s);
-	j = json_loads(s, JSON_ALLOW_NUL, NULL);
-	CHECK(j);
-	choice = json_array_get(json_object_get(j, "choices"), 0);
-	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, "message"), "content")
-			     : json_object_get(choice, "text");
-	CHECK(json_is_string(v) && json_string_length(v) == len && !memcmp(json_string_value(v), text, len));
-	json_decref(j);
-	free(s);
-
-	s = srv_api_chunk_json(kind, "cmpl-fuzz", 1, "stories260K", false, text, len, NULL);
-	CHECK(s);
-	j = json_loads(s, JSON_ALLOW_NUL, NULL);
-	CHECK(j);
-	choice = json_array_get(json_object_get(j, "choices"), 0);
-	v = kind == SRV_CHAT ? json_object_get(json_object_get(choice, "delta"), "content")
-			     : json_object_get(choice, "text");
-	CHECK(json_is_string(v) && json_string_length(v) == len && !memcmp(json_string_value(v), text, len));
-	json_decref(j);
-	free(s);
+	check_choice_text(srv_api_response_json(kind, "cmpl-fuzz", 1, "stories260K", text, len, "length", &u), kind,
+			  "message", text, len);
+	check_choice_text(srv_api_chunk_json(kind, "cmpl-fuzz", 1, "stories260K", false, text, len, NULL), kind,
+			  "delta", text, len);
 }
 
 static void check_gen(const struct fz_ctx *c, enum srv_kind kind, const struct srv_gen *g)

@@ -19,13 +19,8 @@
 #include "kv/pool.h"
 #include "kv/store.h"
 
-#define CHECK(c)                                                                          \
-	do {                                                                              \
-		if (!(c)) {                                                               \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			abort();                                                          \
-		}                                                                         \
-	} while (0)
+#include "common.h"
+
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -20,18 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "util/alloc.h"
 
-#define CHECK(c)                                                            \
-	do {                                                                \
-		if (!(c)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #c);                              \
-			abort();                                            \
-		}                                                           \
-	} while (0)
+#include "common.h"
+
 
 static const char *const vocab_names[] = {
 	"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf",
@@ -48,24 +41,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *dir = getenv("TIERKV_VOCAB");
-	size_t i;
-
 	(void)argc;
 	(void)argv;
-	if (!dir || !*dir)
-		dir = "../shared/vocab";
-	for (i = 0; i < N_VOCAB; i++) {
-		struct gguf_file *g = NULL;
-		struct tkv_error err = { 0 };
+	for (size_t i = 0; i < N_VOCAB; i++) {
 		char path[4096];
 
-		snprintf(path, sizeof path, "%s/%s", dir, vocab_names[i]);
-		if (gguf_open(&g, path, NULL, &err) || tok_init(&toks[i], g, NULL, &err)) {
-			fprintf(stderr, "fuzz_tokenizer: %s: %s (set TIERKV_VOCAB)\n", path, err.msg);
-			abort();
-		}
-		gguf_close(g); /* the tokenizer keeps no pointer into the file */
+		fuzz_vocab_path(path, sizeof path, vocab_names[i]);
+		toks[i] = fuzz_load_tok("fuzz_tokenizer", path, true, "TIERKV_VOCAB", NULL);
 	}
 	return 0;
 }
