@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -345,4 +346,40 @@ int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int 
 	if ((rc = cli_engine_option(a, ep, stats, &handled)))
 		return rc;
 	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", a->argv[a->i]);
+}
+
+void cli_gen_defaults(struct cli_gen_opts *g)
+{
+	memset(g, 0, sizeof *g);
+	g->n_predict = -1;
+	g->sp = tkv_sampler_default_params();
+	g->ep = tkv_engine_default_params();
+}
+
+static const struct cli_opt gen_table[] = {
+	{ "-m", "--model", CLI_OPT_STR, offsetof(struct cli_gen_opts, model), 0, 0 },
+	{ "-n", "--n-predict", CLI_OPT_LONG, offsetof(struct cli_gen_opts, n_predict), -1, 1L << 30 },
+	{ NULL, "--ignore-eos", CLI_OPT_FLAG, offsetof(struct cli_gen_opts, ignore_eos), 0, 0 },
+};
+
+int cli_gen_option(struct cli_args *a, struct cli_gen_opts *g)
+{
+	int rc, handled;
+
+	if ((rc = cli_table_option(a, CLI_TABLE(gen_table), g, &handled)) ||
+	    (!handled && (rc = cli_sampler_option(a, &g->sp, &g->seed_set, &handled))) ||
+	    (!handled && (rc = cli_engine_or_unknown(a, &g->ep, &g->kv_stats))))
+		return rc;
+	return 0;
+}
+
+int cli_gen_finish(struct cli_args *a, struct cli_gen_opts *g)
+{
+	int rc;
+
+	if ((rc = cli_kv_check(a, &g->ep)))
+		return rc;
+	if (!g->seed_set)
+		g->sp.seed = cli_random_seed();
+	return 0;
 }

@@ -123,13 +123,9 @@ static int bench_option(struct cli_args *a, struct bench_opts *o)
 
 	if (!strcmp(s, "-d") || !strcmp(s, "--depth"))
 		return (v = cli_value(a, s)) ? bench_parse_depths(a, v, o) : CLI_USAGE;
-	if (!strcmp(s, "--policies"))
-		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, o->policies, &o->n_pol) : CLI_USAGE;
-	if (!strcmp(s, "--budgets"))
-		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, o->budgets, BENCH_MAX_BUDGETS, &o->n_bud)
-					     : CLI_USAGE;
-	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
-		return cli_usage_error(a, "%s: bench compares policies and budgets; use --policies and --budgets", s);
+	if ((rc = cli_compare_option(a, o->policies, &o->n_pol, o->budgets, BENCH_MAX_BUDGETS, &o->n_bud, &handled)) ||
+	    handled)
+		return rc;
 	if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
 		if (!(v = cli_value(a, s)))
 			return CLI_USAGE;

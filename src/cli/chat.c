@@ -22,11 +22,10 @@
 #include "cli/cli.h"
 
 struct chat_opts {
-	const char *model, *system, *tmpl;
-	long n_predict, max_pos;
-	int ignore_eos, verbose, seed_set, kv_stats;
-	struct tkv_sampler_params sp;
-	struct tkv_engine_params ep;
+	struct cli_gen_opts g;   /* model, -n, sampling, engine and cache */
+	const char *system, *tmpl;
+	long max_pos;
+	int verbose;
 };
 
 struct chat_msg {
@@ -91,15 +90,12 @@ static void chat_help(void)
 	cli_kv_help();
 }
 
-/* Options that are chat's own; the rest are the sampler's, the engine's and the cache's. */
+/* Options that are chat's own; cli_gen_option takes the rest (model, -n, sampling, engine, cache). */
 static const struct cli_opt chat_table[] = {
 	CLI_HELP_OPT,
-	{ "-m", "--model", CLI_OPT_STR, offsetof(struct chat_opts, model), 0, 0 },
 	{ "-sys", "--system", CLI_OPT_STR, offsetof(struct chat_opts, system), 0, 0 },
 	{ NULL, "--chat-template", CLI_OPT_STR, offsetof(struct chat_opts, tmpl), 0, 0 },
-	{ "-n", "--n-predict", CLI_OPT_LONG, offsetof(struct chat_opts, n_predict), -1, 1L << 30 },
 	{ NULL, "--max-pos", CLI_OPT_LONG, offsetof(struct chat_opts, max_pos), 16, 1L << 22 },
-	{ NULL, "--ignore-eos", CLI_OPT_FLAG, offsetof(struct chat_opts, ignore_eos), 0, 0 },
 	{ "-v", "--verbose", CLI_OPT_FLAG, offsetof(struct chat_opts, verbose), 0, 0 },
 };
 
@@ -108,27 +104,19 @@ static int parse(int argc, char **argv, struct chat_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "chat" };
 	int rc, handled;
+	struct tkv_chat_template t;
 
 	memset(o, 0, sizeof *o);
-	o->n_predict = -1;
-	o->sp = tkv_sampler_default_params();
-	o->ep = tkv_engine_default_params();
+	cli_gen_defaults(&o->g);
 	for (; a.i < argc; a.i++)
 		if ((rc = cli_table_option(&a, CLI_TABLE(chat_table), o, &handled)) ||
-		    (!handled && (rc = cli_sampler_option(&a, &o->sp, &o->seed_set, &handled))) ||
-		    (!handled && (rc = cli_engine_or_unknown(&a, &o->ep, &o->kv_stats))))
+		    (!handled && (rc = cli_gen_option(&a, &o->g))))
 			return rc;
-	if ((rc = cli_kv_check(&a, &o->ep)))
+	if ((rc = cli_gen_finish(&a, &o->g)))
 		return rc;
-	if (o->tmpl) {
-		struct tkv_chat_template t;
-
-		if (tkv_chat_template_by_name(&t, o->tmpl))
-			return cli_usage_error(&a, "--chat-template: unknown format '%s' (one of %s)", o->tmpl,
-					       tkv_chat_family_names());
-	}
-	if (!o->seed_set)
-		o->sp.seed = cli_random_seed();
+	if (o->tmpl && tkv_chat_template_by_name(&t, o->tmpl))
+		return cli_usage_error(&a, "--chat-template: unknown format '%s' (one of %s)", o->tmpl,
+				       tkv_chat_family_names());
 	return 0;
 }
 
@@ -228,7 +216,7 @@ static int start_over(struct chat *c)
 	c->seq = NULL;
 	drop_msgs(c, c->o->system ? 1 : 0);
 	c->fed.len = 0;
-	tkv_sampler_reset(c->smp, c->o->sp.seed + c->n_turns);
+	tkv_sampler_reset(c->smp, c->o->g.sp.seed + c->n_turns);
 	if (tkv_seq_init(&c->seq, c->e, &err)) {
 		fprintf(stderr, "tierkv chat: %s\n", err.msg);
 		return -1;
@@ -297,10 +285,10 @@ static enum reply_end reply(struct chat *c, struct chat_buf *raw, size_t *cut)
 			end = REPLY_STOPPED;
 			break;
 		}
-		if ((o->n_predict >= 0 && c->last_gen >= o->n_predict) || tkv_seq_n_past(c->seq) >= c->max_pos)
+		if ((o->g.n_predict >= 0 && c->last_gen >= o->g.n_predict) || tkv_seq_n_past(c->seq) >= c->max_pos)
 			break;
 		id = tkv_sampler_sample(c->smp, c->logits);
-		if (tkv_vocab_is_eog(c->voc, id) && !o->ignore_eos)
+		if (tkv_vocab_is_eog(c->voc, id) && !o->g.ignore_eos)
 			break;
 		tkv_sampler_accept(c->smp, id);
 		if (tkv_seq_decode(c->seq, &id, 1, c->logits, 0, &err)) {
@@ -457,7 +445,7 @@ static void print_stats(struct chat *c)
 	       c->last_gen);
 	printf("cache: %zu tokens held (per layer and KV head), K+V %s of a %s budget (full f16 for %u positions: %s)\n",
 	       streams ? held / streams : 0, cli_fmt_bytes(b1, sizeof b1, (double)ks.kv_bytes),
-	       c->o->ep.kv.seq_budget ? cli_fmt_bytes(b2, sizeof b2, (double)c->o->ep.kv.seq_budget) : "unlimited",
+	       c->o->g.ep.kv.seq_budget ? cli_fmt_bytes(b2, sizeof b2, (double)c->o->g.ep.kv.seq_budget) : "unlimited",
 	       pos, cli_fmt_bytes(b3, sizeof b3, (double)tkv_model_kv_bytes(c->m, pos)));
 	print_tier("hot", ks.tier_tokens[0], ks.tier_bytes[0], streams);
 	print_tier("warm", ks.tier_tokens[1], ks.tier_bytes[1], streams);
@@ -570,24 +558,24 @@ static int chat_open(struct chat *c, struct chat_opts *o, struct tkv_error *err)
 	struct tkv_model_params mp = tkv_model_default_params();
 	int st;
 
-	if ((st = tkv_model_load(&c->m, o->model, &mp, err)))
+	if ((st = tkv_model_load(&c->m, o->g.model, &mp, err)))
 		return st;
 	tkv_model_get_info(c->m, &c->info);
 	c->voc = tkv_model_vocab(c->m);
-	c->ctx = o->ep.n_ctx ? o->ep.n_ctx : c->info.n_ctx_train;
+	c->ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : c->info.n_ctx_train;
 	c->max_pos = o->max_pos ? (uint32_t)o->max_pos : (4 * c->ctx > 65536 ? 4 * c->ctx : 65536);
-	o->ep.n_ctx = c->max_pos;
-	if (o->ep.n_batch > c->max_pos)
-		o->ep.n_batch = c->max_pos;
-	if (!o->ep.kv.seq_budget)
-		o->ep.kv.seq_budget = tkv_model_kv_bytes(c->m, c->ctx);
+	o->g.ep.n_ctx = c->max_pos;
+	if (o->g.ep.n_batch > c->max_pos)
+		o->g.ep.n_batch = c->max_pos;
+	if (!o->g.ep.kv.seq_budget)
+		o->g.ep.kv.seq_budget = tkv_model_kv_bytes(c->m, c->ctx);
 	st = tkv_chat_template_from_model(&c->t, c->m, o->tmpl, err);
 	if (st == TKV_ERR_UNSUPPORTED)
 		fprintf(stderr, "tierkv chat: %s; using the plain format (choose one with --chat-template)\n", err->msg);
 	else if (st)
 		return st;
-	if ((st = tkv_engine_init(&c->e, c->m, &o->ep, err)) || (st = tkv_seq_init(&c->seq, c->e, err)) ||
-	    (st = tkv_sampler_init(&c->smp, &o->sp, (int32_t)c->info.n_vocab, NULL, err)))
+	if ((st = tkv_engine_init(&c->e, c->m, &o->g.ep, err)) || (st = tkv_seq_init(&c->seq, c->e, err)) ||
+	    (st = tkv_sampler_init(&c->smp, &o->g.sp, (int32_t)c->info.n_vocab, NULL, err)))
 		return st;
 	c->piece_cap = tkv_detok_min_cap(c->voc);
 	c->piece = malloc(c->piece_cap);
@@ -626,7 +614,7 @@ int cli_chat(int argc, char **argv)
 		chat_help();
 	if (st)
 		return st == CLI_HELP ? CLI_OK : st;
-	if ((rc = cli_model_path("chat", &o.model)))
+	if ((rc = cli_model_path("chat", &o.g.model)))
 		return rc;
 	memset(&c, 0, sizeof c);
 	c.o = &o;
@@ -636,18 +624,18 @@ int cli_chat(int argc, char **argv)
 		return st == TKV_ERR_ARG ? CLI_USAGE : CLI_ERR;
 	}
 	tkv_model_get_info(c.m, &info);
-	if ((rc = cli_check_layer_plan("chat", &o.ep, &info)) || chat_signals_init()) {
+	if ((rc = cli_check_layer_plan("chat", &o.g.ep, &info)) || chat_signals_init()) {
 		chat_close(&c);
 		return rc ? rc : CLI_ERR;
 	}
 	fprintf(stderr, "tierkv chat: %s, template %s, cache sized for %u tokens (%s of K+V), policy %s",
-		o.model, tkv_chat_template_name(&c.t), c.ctx, cli_fmt_bytes(b, sizeof b, (double)o.ep.kv.seq_budget),
-		tkv_policy_name(o.ep.kv.policy));
-	if (!o.seed_set && o.sp.temp > 0)
-		fprintf(stderr, ", seed %llu", (unsigned long long)o.sp.seed);
+		o.g.model, tkv_chat_template_name(&c.t), c.ctx, cli_fmt_bytes(b, sizeof b, (double)o.g.ep.kv.seq_budget),
+		tkv_policy_name(o.g.ep.kv.policy));
+	if (!o.g.seed_set && o.g.sp.temp > 0)
+		fprintf(stderr, ", seed %llu", (unsigned long long)o.g.sp.seed);
 	fprintf(stderr, "\n/help for commands; Ctrl-C stops a reply, Ctrl-D quits.\n");
 	rc = converse(&c);
-	if (o.kv_stats)
+	if (o.g.kv_stats)
 		print_stats(&c);
 	chat_close(&c);
 	return rc;

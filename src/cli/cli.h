@@ -60,6 +60,23 @@ int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void
 /* An option no table took: an engine or KV option into ep (stats as for
  * cli_engine_option), else a usage error "unknown option". 0 or CLI_USAGE. */
 int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats);
+/* The options of the commands that generate (run, chat). */
+struct cli_gen_opts {
+	const char *model;               /* -m (NULL: the bundled model) */
+	long n_predict;                  /* -n: tokens to generate, -1 = until the end */
+	int ignore_eos;                  /* --ignore-eos */
+	int seed_set, kv_stats;          /* -s given, --kv-stats */
+	struct tkv_sampler_params sp;    /* --temp, --top-k, ... */
+	struct tkv_engine_params ep;     /* -c, -b, -t, --kv-* */
+};
+/* n_predict -1, the sampler's and the engine's default params. */
+void cli_gen_defaults(struct cli_gen_opts *g);
+/* -m, -n, --ignore-eos, the sampling options, then the engine's and the
+ * cache's; anything else is a usage error "unknown option". 0 or CLI_USAGE. */
+int cli_gen_option(struct cli_args *a, struct cli_gen_opts *g);
+/* After the last option: the KV options' joint check, and a seed from the
+ * clock when none was given. 0 or CLI_USAGE. */
+int cli_gen_finish(struct cli_args *a, struct cli_gen_opts *g);
 /* Sampling options (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
  * --repeat-last-n, -s/--seed): if argv[a->i] is one, parses it into sp and
  * sets *handled (and *seed_set for a seed); returns 0 or CLI_USAGE. */
@@ -111,6 +128,12 @@ int cli_kv_check(struct cli_args *a, const struct tkv_engine_params *ep);
  * compare across runs); 0 or CLI_USAGE after a message. */
 enum tkv_policy;
 int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum tkv_policy *out, size_t *n);
+/* --policies LIST and --budgets LIST (at most max_bud fractions) of the
+ * commands that compare policies at budgets (bench, eval), which refuse
+ * --kv-policy and --kv-budget: sets *handled when argv[a->i] is one of the
+ * four; 0 or CLI_USAGE after a message. */
+int cli_compare_option(struct cli_args *a, enum tkv_policy *pol, size_t *n_pol, double *bud, size_t max_bud,
+		       size_t *n_bud, int *handled);
 /* A comma-separated list of up to max numbers in (0, 1] for option opt. */
 /* One sharing spec "C" or "C:L" (the first len bytes of v) into cos and from
  * (see --kv-share); 0 or a usage error. */

@@ -214,24 +214,21 @@ static const struct cli_opt eval_table[] = {
 static int eval_option(struct cli_args *a, struct eval_opts *o)
 {
 	const char *s = a->argv[a->i], *v = NULL;
+	int handled, rc;
 
+	if ((rc = cli_compare_option(a, o->policies, &o->n_pol, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud, &handled)) ||
+	    handled)
+		return rc;
 	if (!strcmp(s, "-f") || !strcmp(s, "--file"))
 		return (v = cli_value(a, s)) ? add_file(a, o, v) : CLI_USAGE;
-	if (!strcmp(s, "--policies"))
-		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, o->policies, &o->n_pol) : CLI_USAGE;
 	if (!strcmp(s, "--layer-plans"))
 		return (v = cli_value(a, s)) ? parse_plans(a, v, o) : CLI_USAGE;
 	if (!strcmp(s, "--shares"))
 		return (v = cli_value(a, s)) ? parse_shares(a, v, o) : CLI_USAGE;
-	if (!strcmp(s, "--budgets"))
-		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, o->budgets, EVAL_MAX_BUDGETS, &o->n_bud)
-					     : CLI_USAGE;
 	if (!strcmp(s, "--copy-offset")) {
 		o->copy_test = 1;
 		return cli_int(a, s, 0, 1L << 22, &o->copy_offset);
 	}
-	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
-		return cli_usage_error(a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
 	if (s[0] == '-' && s[1])
 		return cli_engine_or_unknown(a, &o->ep, &o->kv_stats);
 	return add_file(a, o, s);

@@ -174,7 +174,11 @@ static int add_filler(struct cli_args *a, struct rq_opts *o, const char *path)
 static int rq_option(struct cli_args *a, struct rq_opts *o)
 {
 	const char *s = a->argv[a->i], *v = NULL;
+	int handled, rc;
 
+	if ((rc = cli_compare_option(a, o->policies, &o->n_pol, o->budgets, RQ_MAX_BUDGETS, &o->n_bud, &handled)) ||
+	    handled)
+		return rc;
 	if (!strcmp(s, "-f") || !strcmp(s, "--file"))
 		return (v = cli_value(a, s)) ? add_filler(a, o, v) : CLI_USAGE;
 	if (!strcmp(s, "--retrieval"))
@@ -192,13 +196,6 @@ static int rq_option(struct cli_args *a, struct rq_opts *o)
 			return cli_usage_error(a, "--grid: unknown policy '%s'", v);
 		return 0;
 	}
-	if (!strcmp(s, "--policies"))
-		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, o->policies, &o->n_pol) : CLI_USAGE;
-	if (!strcmp(s, "--budgets"))
-		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, o->budgets, RQ_MAX_BUDGETS, &o->n_bud)
-					     : CLI_USAGE;
-	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
-		return cli_usage_error(a, "%s: eval compares policies and budgets; use --policies and --budgets", s);
 	if (!strcmp(s, "--gen") || !strcmp(s, "--prefill") || !strcmp(s, "--copy-test") ||
 	    !strcmp(s, "--copy-offset") || !strcmp(s, "--layer-plans") || !strcmp(s, "--shares"))
 		return cli_usage_error(a, "%s is an option of the perplexity eval, not of --retrieval", s);

@@ -37,6 +37,22 @@ int cli_parse_policies(struct cli_args *a, const char *opt, const char *v, enum 
 	return 0;
 }
 
+int cli_compare_option(struct cli_args *a, enum tkv_policy *pol, size_t *n_pol, double *bud, size_t max_bud,
+		       size_t *n_bud, int *handled)
+{
+	const char *s = a->argv[a->i], *v;
+
+	*handled = 1;
+	if (!strcmp(s, "--policies"))
+		return (v = cli_value(a, s)) ? cli_parse_policies(a, s, v, pol, n_pol) : CLI_USAGE;
+	if (!strcmp(s, "--budgets"))
+		return (v = cli_value(a, s)) ? cli_parse_fractions(a, s, v, bud, max_bud, n_bud) : CLI_USAGE;
+	if (!strcmp(s, "--kv-policy") || !strcmp(s, "--kv-budget"))
+		return cli_usage_error(a, "%s: %s compares policies and budgets; use --policies and --budgets", s, a->cmd);
+	*handled = 0;
+	return 0;
+}
+
 int cli_share_spec(struct cli_args *a, const char *opt, const char *v, size_t len, float *cos, uint32_t *from)
 {
 	char buf[64], *end;

@@ -36,22 +36,15 @@ static void run_help(void)
 }
 
 struct run_opts {
-	const char *model, *prompt, *file;
-	long n_predict;
-	int ignore_eos;
-	int kv_stats;
-	struct tkv_sampler_params sp;
-	int seed_set;
-	struct tkv_engine_params ep;
+	struct cli_gen_opts g;   /* model, -n, sampling, engine and cache */
+	const char *prompt, *file;
 };
 
+/* Options that are run's own; cli_gen_option takes the rest. */
 static const struct cli_opt run_table[] = {
 	CLI_HELP_OPT,
-	{ "-m", "--model", CLI_OPT_STR, offsetof(struct run_opts, model), 0, 0 },
 	{ "-p", "--prompt", CLI_OPT_STR, offsetof(struct run_opts, prompt), 0, 0 },
 	{ "-f", "--file", CLI_OPT_STR, offsetof(struct run_opts, file), 0, 0 },
-	{ "-n", "--n-predict", CLI_OPT_LONG, offsetof(struct run_opts, n_predict), -1, 1L << 30 },
-	{ NULL, "--ignore-eos", CLI_OPT_FLAG, offsetof(struct run_opts, ignore_eos), 0, 0 },
 };
 
 /* 0, CLI_HELP or CLI_USAGE (after a message). */
@@ -61,20 +54,15 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	int rc, handled;
 
 	memset(o, 0, sizeof *o);
-	o->n_predict = -1;
-	o->sp = tkv_sampler_default_params();
-	o->ep = tkv_engine_default_params();
+	cli_gen_defaults(&o->g);
 	for (; a.i < argc; a.i++)
 		if ((rc = cli_table_option(&a, CLI_TABLE(run_table), o, &handled)) ||
-		    (!handled && (rc = cli_sampler_option(&a, &o->sp, &o->seed_set, &handled))) ||
-		    (!handled && (rc = cli_engine_or_unknown(&a, &o->ep, &o->kv_stats))))
+		    (!handled && (rc = cli_gen_option(&a, &o->g))))
 			return rc;
-	if ((rc = cli_kv_check(&a, &o->ep)))
+	if ((rc = cli_gen_finish(&a, &o->g)))
 		return rc;
 	if (o->prompt && o->file)
 		return cli_usage_error(&a, "give -p or -f, not both");
-	if (!o->seed_set)
-		o->sp.seed = cli_random_seed();
 	return 0;
 }
 
@@ -121,11 +109,11 @@ static int run_setup(struct run_state *r, struct run_opts *o, const char *prompt
 	uint32_t n_ctx;
 	int rc;
 
-	if ((rc = cli_load_model("run", o->model, &o->ep, &r->m, &r->info)))
+	if ((rc = cli_load_model("run", o->g.model, &o->g.ep, &r->m, &r->info)))
 		return rc;
 	r->voc = tkv_model_vocab(r->m);
-	if ((r->st = tkv_engine_init(&r->e, r->m, &o->ep, &r->err)) || (r->st = tkv_seq_init(&r->seq, r->e, &r->err)) ||
-	    (r->st = tkv_sampler_init(&r->smp, &o->sp, (int32_t)r->info.n_vocab, NULL, &r->err)))
+	if ((r->st = tkv_engine_init(&r->e, r->m, &o->g.ep, &r->err)) || (r->st = tkv_seq_init(&r->seq, r->e, &r->err)) ||
+	    (r->st = tkv_sampler_init(&r->smp, &o->g.sp, (int32_t)r->info.n_vocab, NULL, &r->err)))
 		return CLI_ERR;
 	/* tokenize: ask for the size first, then encode */
 	tkv_vocab_tokenize(r->voc, prompt, prompt_len, tkv_vocab_add_bos(r->voc), true, NULL, 0, &r->n_prompt);
@@ -146,7 +134,7 @@ static int run_setup(struct run_state *r, struct run_opts *o, const char *prompt
 		tkv_errf(&r->err, r->st, "cannot tokenize the prompt");
 		return CLI_ERR;
 	}
-	n_ctx = o->ep.n_ctx ? o->ep.n_ctx : r->info.n_ctx_train;
+	n_ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : r->info.n_ctx_train;
 	if (r->n_prompt >= n_ctx) {
 		fprintf(stderr, "tierkv run: the prompt is %zu tokens but the context holds %u "
 			"(leave room to generate; raise -c or shorten the prompt)\n", r->n_prompt, n_ctx);
@@ -179,12 +167,12 @@ static int run_emit(struct run_state *r, int32_t id, int *strip_space)
  * CLI_OK, CLI_ERR with r->st set (a decode failed), or -1 (stdout failed). */
 static int run_generate(struct run_state *r, const struct run_opts *o, int strip_space)
 {
-	uint32_t n_ctx = o->ep.n_ctx ? o->ep.n_ctx : r->info.n_ctx_train;
+	uint32_t n_ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : r->info.n_ctx_train;
 
-	while (o->n_predict < 0 || (long)r->n_gen < o->n_predict) {
+	while (o->g.n_predict < 0 || (long)r->n_gen < o->g.n_predict) {
 		int32_t id = tkv_sampler_sample(r->smp, r->logits);
 
-		if (tkv_vocab_is_eog(r->voc, id) && !o->ignore_eos)
+		if (tkv_vocab_is_eog(r->voc, id) && !o->g.ignore_eos)
 			break;
 		tkv_sampler_accept(r->smp, id);
 		r->n_gen++;
@@ -194,7 +182,7 @@ static int run_generate(struct run_state *r, const struct run_opts *o, int strip
 			fprintf(stderr, "\ntierkv: context of %u tokens is full; stopping\n", tkv_seq_n_past(r->seq));
 			break;
 		}
-		if (o->n_predict >= 0 && (long)r->n_gen >= o->n_predict)
+		if (o->g.n_predict >= 0 && (long)r->n_gen >= o->g.n_predict)
 			break;
 		if ((r->st = tkv_seq_decode(r->seq, &id, 1, r->logits, 0, &r->err))) {
 			fflush(stdout);
@@ -227,7 +215,7 @@ static void run_report(struct run_state *r, const struct run_opts *o, double t0,
 		cli_fmt_bytes(b3, sizeof b3, (double)ks.kv_bytes),
 		ks.budget ? cli_fmt_bytes(b4, sizeof b4, (double)ks.budget) : "unlimited",
 		cli_fmt_bytes(b5, sizeof b5, (double)cli_peak_rss()));
-	if (o->kv_stats) {
+	if (o->g.kv_stats) {
 		struct tkv_kv_layer_plan lp;
 
 		cli_print_kv_stats(stderr, &ks, tkv_model_kv_bytes(r->m, ks.n_tokens));
@@ -251,7 +239,7 @@ int cli_run(int argc, char **argv)
 		run_help();
 	if (st)
 		return st == CLI_HELP ? CLI_OK : st;
-	if ((rc = cli_model_path("run", &o.model)))
+	if ((rc = cli_model_path("run", &o.g.model)))
 		return rc;
 	if (o.file) {
 		if (!(prompt_buf = cli_read_file(o.file, &prompt_len)))
@@ -263,8 +251,8 @@ int cli_run(int argc, char **argv)
 	}
 	if ((rc = run_setup(&r, &o, prompt, prompt_len)))
 		goto out;
-	if (!o.seed_set && o.sp.temp > 0)
-		fprintf(stderr, "tierkv: seed %llu\n", (unsigned long long)o.sp.seed);
+	if (!o.g.seed_set && o.g.sp.temp > 0)
+		fprintf(stderr, "tierkv: seed %llu\n", (unsigned long long)o.g.sp.seed);
 	if (out_write(prompt, prompt_len) || fflush(stdout)) {
 		rc = -1;
 		goto out;
