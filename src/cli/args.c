@@ -324,10 +324,17 @@ int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void
 		case CLI_OPT_STR:
 			return (*(const char **)(void *)field = cli_value(a, s)) ? 0 : CLI_USAGE;
 		case CLI_OPT_LONG:
-			if ((rc = cli_int(a, s, t[i].min, t[i].max, &x)))
+			if ((rc = cli_int(a, s, (long)t[i].min, (long)t[i].max, &x)))
 				return rc;
 			*(long *)(void *)field = x;
 			return 0;
+		case CLI_OPT_INT:
+			if ((rc = cli_int(a, s, (long)t[i].min, (long)t[i].max, &x)))
+				return rc;
+			*(int *)(void *)field = (int)x;
+			return 0;
+		case CLI_OPT_DOUBLE:
+			return cli_float(a, s, t[i].min, t[i].max, (double *)(void *)field);
 		case CLI_OPT_U64:
 			if ((rc = cli_u64(a, s, &u)))
 				return rc;
@@ -336,6 +343,17 @@ int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void
 		}
 	}
 	*handled = 0;
+	return 0;
+}
+
+int cli_parse_options(struct cli_args *a, const struct cli_opt *t, size_t n, void *o,
+		      int (*more)(struct cli_args *a, void *o))
+{
+	int rc, handled;
+
+	for (; a->i < a->argc; a->i++)
+		if ((rc = cli_table_option(a, t, n, o, &handled)) || (!handled && (rc = more(a, o))))
+			return rc;
 	return 0;
 }
 

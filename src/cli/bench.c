@@ -116,8 +116,9 @@ static const struct cli_opt bench_opts_table[] = {
 
 /* The options the table cannot hold (lists, the output format), then the
  * cache's. 0 or CLI_USAGE. */
-static int bench_option(struct cli_args *a, struct bench_opts *o)
+static int bench_option(struct cli_args *a, void *ctx)
 {
+	struct bench_opts *o = ctx;
 	const char *s = a->argv[a->i], *v = NULL;
 	int handled = 0, rc;
 
@@ -144,7 +145,7 @@ static int bench_option(struct cli_args *a, struct bench_opts *o)
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "bench" };
-	int rc, handled;
+	int rc;
 
 	memset(o, 0, sizeof *o);
 	o->n_prompt = 512;
@@ -156,10 +157,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	o->ep.kv_mem = 0;
 	o->policies[o->n_pol++] = TKV_POLICY_FULL;
 	o->budgets[o->n_bud++] = 1.0;
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(bench_opts_table), o, &handled)) ||
-		    (!handled && (rc = bench_option(&a, o))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(bench_opts_table), o, bench_option)))
+		return rc;
 	if (!o->model)
 		return cli_usage_error(&a, "-m MODEL is required");
 	if (o->n_prompt == 0 && o->n_gen == 0)

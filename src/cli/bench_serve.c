@@ -65,8 +65,9 @@ static const struct cli_opt bs_table[] = {
 
 /* --serve itself, the engine's threads and batch, the output format, then
  * the cache's options. 0 or CLI_USAGE. */
-static int bs_option(struct cli_args *a, struct bs_opts *o)
+static int bs_option(struct cli_args *a, void *ctx)
 {
+	struct bs_opts *o = ctx;
 	const char *s = a->argv[a->i], *v;
 	int handled, rc;
 	long x;
@@ -100,7 +101,7 @@ static int bs_option(struct cli_args *a, struct bs_opts *o)
 static int bs_parse(int argc, char **argv, struct bs_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "bench --serve" };
-	int rc, handled;
+	int rc;
 
 	memset(o, 0, sizeof *o);
 	o->n_seqs = 64;
@@ -111,10 +112,8 @@ static int bs_parse(int argc, char **argv, struct bs_opts *o)
 	o->ep.kv.gov_floor = 0.25f; /* the quality bar: see the head comment */
 	o->ep.n_batch = 256;
 	o->policies = "full,window,h2o,snapkv,tova,attn-threshold,semantic,streaming,kivi,tiered,adaptive";
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(bs_table), o, &handled)) ||
-		    (!handled && (rc = bs_option(&a, o))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(bs_table), o, bs_option)))
+		return rc;
 	if (o->prompt >= o->len)
 		return cli_usage_error(&a, "-P %ld must be below -L %ld", o->prompt, o->len);
 	return cli_kv_check(&a, &o->ep);

@@ -99,19 +99,22 @@ static const struct cli_opt chat_table[] = {
 	{ "-v", "--verbose", CLI_OPT_FLAG, offsetof(struct chat_opts, verbose), 0, 0 },
 };
 
+static int chat_more(struct cli_args *a, void *o)
+{
+	return cli_gen_option(a, &((struct chat_opts *)o)->g);
+}
+
 /* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct chat_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "chat" };
-	int rc, handled;
+	int rc;
 	struct tkv_chat_template t;
 
 	memset(o, 0, sizeof *o);
 	cli_gen_defaults(&o->g);
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(chat_table), o, &handled)) ||
-		    (!handled && (rc = cli_gen_option(&a, &o->g))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(chat_table), o, chat_more)))
+		return rc;
 	if ((rc = cli_gen_finish(&a, &o->g)))
 		return rc;
 	if (o->tmpl && tkv_chat_template_by_name(&t, o->tmpl))

@@ -41,13 +41,15 @@ enum cli_opt_kind {
 	CLI_OPT_FLAG,  /* int, set to 1 */
 	CLI_OPT_STR,   /* const char *: the argument itself */
 	CLI_OPT_LONG,  /* long: an integer in [min, max] */
+	CLI_OPT_INT,   /* int: an integer in [min, max] */
+	CLI_OPT_DOUBLE,/* double: a number in [min, max] */
 	CLI_OPT_U64,   /* uint64_t: a non-negative integer */
 };
 struct cli_opt {
 	const char *shrt, *lng;
 	enum cli_opt_kind kind;
 	size_t off;
-	long min, max;
+	double min, max;
 };
 #define CLI_HELP (-1)
 #define CLI_HELP_OPT { "-h", "--help", CLI_OPT_HELP, 0, 0, 0 }
@@ -57,6 +59,12 @@ struct cli_opt {
  * the struct at o and sets *handled; 0, CLI_HELP, or CLI_USAGE after a
  * message. */
 int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void *o, int *handled);
+/* The option loop of a command: each argument goes to its table t (n rows,
+ * into the struct at o), else to more(a, o), the command's other options,
+ * which ends with an engine or KV option or "unknown option". 0, CLI_HELP or
+ * CLI_USAGE (after a message). */
+int cli_parse_options(struct cli_args *a, const struct cli_opt *t, size_t n, void *o,
+		      int (*more)(struct cli_args *a, void *o));
 /* An option no table took: an engine or KV option into ep (stats as for
  * cli_engine_option), else a usage error "unknown option". 0 or CLI_USAGE. */
 int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats);

@@ -211,8 +211,9 @@ static const struct cli_opt eval_table[] = {
 
 /* The options the table cannot hold (lists, files), then the engine's and
  * the cache's; anything not an option is a text file. 0 or CLI_USAGE. */
-static int eval_option(struct cli_args *a, struct eval_opts *o)
+static int eval_option(struct cli_args *a, void *ctx)
 {
+	struct eval_opts *o = ctx;
 	const char *s = a->argv[a->i], *v = NULL;
 	int handled, rc;
 
@@ -238,7 +239,7 @@ static int eval_option(struct cli_args *a, struct eval_opts *o)
 static int parse(int argc, char **argv, struct eval_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	int rc, handled;
+	int rc;
 
 	memset(o, 0, sizeof *o);
 	o->prefill = 64;
@@ -250,10 +251,8 @@ static int parse(int argc, char **argv, struct eval_opts *o)
 	o->budgets[o->n_bud++] = 0.35;
 	o->budgets[o->n_bud++] = 0.125;
 	o->budgets[o->n_bud++] = 0.0625;
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(eval_table), o, &handled)) ||
-		    (!handled && (rc = eval_option(&a, o))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(eval_table), o, eval_option)))
+		return rc;
 	if (o->n_files == 0)
 		return cli_usage_error(&a, "no text: give -f FILE");
 	return cli_kv_check(&a, &o->ep);

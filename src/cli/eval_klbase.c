@@ -65,18 +65,21 @@ static const struct cli_opt kb_table[] = {
 	{ NULL, "--chunks", CLI_OPT_LONG, offsetof(struct kb_opts, chunks), 1, 1000000 },
 };
 
+static int kb_more(struct cli_args *a, void *o)
+{
+	return cli_engine_or_unknown(a, &((struct kb_opts *)o)->ep, NULL);
+}
+
 /* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int kb_parse(int argc, char **argv, struct kb_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	int rc, handled;
+	int rc;
 
 	memset(o, 0, sizeof *o);
 	o->ep = tkv_engine_default_params();
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(kb_table), o, &handled)) ||
-		    (!handled && (rc = cli_engine_or_unknown(&a, &o->ep, NULL))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(kb_table), o, kb_more)))
+		return rc;
 	if ((rc = cli_kv_check(&a, &o->ep)))
 		return rc;
 	if (!o->model)

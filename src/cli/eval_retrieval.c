@@ -171,8 +171,9 @@ static int add_filler(struct cli_args *a, struct rq_opts *o, const char *path)
 /* The options the table cannot hold (lists, files), the perplexity eval's
  * refused, then the engine's and the cache's; anything not an option is a
  * filler file. 0 or CLI_USAGE. */
-static int rq_option(struct cli_args *a, struct rq_opts *o)
+static int rq_option(struct cli_args *a, void *ctx)
 {
+	struct rq_opts *o = ctx;
 	const char *s = a->argv[a->i], *v = NULL;
 	int handled, rc;
 
@@ -208,13 +209,11 @@ static int rq_option(struct cli_args *a, struct rq_opts *o)
 static int parse(int argc, char **argv, struct rq_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "eval" };
-	int rc, handled;
+	int rc;
 
 	rq_defaults(o);
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(rq_table), o, &handled)) ||
-		    (!handled && (rc = rq_option(&a, o))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(rq_table), o, rq_option)))
+		return rc;
 	return rq_check(&a, o);
 }
 

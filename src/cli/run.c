@@ -47,18 +47,21 @@ static const struct cli_opt run_table[] = {
 	{ "-f", "--file", CLI_OPT_STR, offsetof(struct run_opts, file), 0, 0 },
 };
 
+static int run_more(struct cli_args *a, void *o)
+{
+	return cli_gen_option(a, &((struct run_opts *)o)->g);
+}
+
 /* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct run_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "run" };
-	int rc, handled;
+	int rc;
 
 	memset(o, 0, sizeof *o);
 	cli_gen_defaults(&o->g);
-	for (; a.i < argc; a.i++)
-		if ((rc = cli_table_option(&a, CLI_TABLE(run_table), o, &handled)) ||
-		    (!handled && (rc = cli_gen_option(&a, &o->g))))
-			return rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(run_table), o, run_more)))
+		return rc;
 	if ((rc = cli_gen_finish(&a, &o->g)))
 		return rc;
 	if (o->prompt && o->file)

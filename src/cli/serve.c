@@ -1,5 +1,6 @@
 /* serve.c - `tierkv serve`: options for the OpenAI-compatible HTTP server
  * (src/server/). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,92 +47,48 @@ static void serve_help(void)
 	cli_kv_help();
 }
 
-/* The model and how the server is reached: 0 (*handled set when s was
- * one of these options) or a usage status. */
-static int serve_listen(struct cli_args *a, const char *s, struct srv_params *p, int *handled)
-{
-	long x;
-	int rc;
+#define SRV_OPT(kind, field, min, max) kind, offsetof(struct srv_params, field), min, max
 
-	*handled = 1;
-	if (!strcmp(s, "-m") || !strcmp(s, "--model")) {
-		if (!(p->model_path = cli_value(a, s)))
-			return CLI_USAGE;
-	} else if (!strcmp(s, "--alias")) {
-		if (!(p->alias = cli_value(a, s)))
-			return CLI_USAGE;
-	} else if (!strcmp(s, "--host")) {
-		if (!(p->host = cli_value(a, s)))
-			return CLI_USAGE;
-	} else if (!strcmp(s, "--port")) {
-		if ((rc = cli_int(a, s, 0, 65535, &x)))
-			return rc;
-		p->port = (int)x;
-	} else if (!strcmp(s, "--api-key")) {
-		if (!(p->api_key = cli_value(a, s)))
-			return CLI_USAGE;
-	} else if (!strcmp(s, "--chat-template")) {
-		if (!(p->chat_template = cli_value(a, s)))
-			return CLI_USAGE;
-	} else {
-		*handled = 0;
-	}
-	return 0;
-}
+/* The server's plain options; -c, -b, -t and the cache's options are the
+ * engine's (cli_engine_option). */
+static const struct cli_opt serve_table[] = {
+	CLI_HELP_OPT,
+	{ "-v", "--verbose", SRV_OPT(CLI_OPT_FLAG, verbose, 0, 0) },
+	{ "-m", "--model", SRV_OPT(CLI_OPT_STR, model_path, 0, 0) },
+	{ NULL, "--alias", SRV_OPT(CLI_OPT_STR, alias, 0, 0) },
+	{ NULL, "--host", SRV_OPT(CLI_OPT_STR, host, 0, 0) },
+	{ NULL, "--port", SRV_OPT(CLI_OPT_INT, port, 0, 65535) },
+	{ NULL, "--api-key", SRV_OPT(CLI_OPT_STR, api_key, 0, 0) },
+	{ NULL, "--chat-template", SRV_OPT(CLI_OPT_STR, chat_template, 0, 0) },
+	{ NULL, "--max-seqs", SRV_OPT(CLI_OPT_INT, max_seqs, 1, 4096) },
+	{ NULL, "--max-queue", SRV_OPT(CLI_OPT_INT, max_queue, 0, 1L << 20) },
+	{ NULL, "--max-tokens", SRV_OPT(CLI_OPT_INT, max_tokens, 1, 1L << 22) },
+	{ NULL, "--timeout", SRV_OPT(CLI_OPT_DOUBLE, timeout, 0, 1e7) },
+	{ NULL, "--max-preempt", SRV_OPT(CLI_OPT_INT, max_preempt, 0, 1000) },
+	{ NULL, "--kv-expect", SRV_OPT(CLI_OPT_DOUBLE, kv_expect, 0.01, 2) },
+	{ NULL, "--kv-store-password", SRV_OPT(CLI_OPT_STR, kv_store_password, 0, 0) },
+	{ NULL, "--kv-store-ttl", SRV_OPT(CLI_OPT_INT, kv_store_ttl, 1, 1L << 30) },
+	{ NULL, "--kv-store-timeout", SRV_OPT(CLI_OPT_DOUBLE, kv_store_timeout, 0.001, 60) },
+};
 
-/* The engine's shape and the server's limits: as serve_listen. */
-static int serve_limits(struct cli_args *a, const char *s, struct srv_params *p, int *handled)
+/* The options the table cannot hold (a checked size, on/off, a URL), then
+ * the engine's and the cache's. 0 or CLI_USAGE. */
+static int serve_option(struct cli_args *a, void *ctx)
 {
-	long x;
-	double d;
+	struct srv_params *p = ctx;
+	const char *s = a->argv[a->i], *v;
 	size_t sz;
-	const char *v;
 	int rc;
 
-	*handled = 1;
-	if (!strcmp(s, "-c") || !strcmp(s, "--ctx-size")) {
-		if ((rc = cli_int(a, s, 0, 1L << 22, &x)))
-			return rc;
-		p->ep.n_ctx = (uint32_t)x;
-	} else if (!strcmp(s, "-b") || !strcmp(s, "--batch-size")) {
-		if ((rc = cli_int(a, s, 1, 65536, &x)))
-			return rc;
-		p->ep.n_batch = (uint32_t)x;
-	} else if (!strcmp(s, "-t") || !strcmp(s, "--threads")) {
-		if ((rc = cli_int(a, s, 1, 512, &x)))
-			return rc;
-		p->ep.n_threads = (int)x;
-	} else if (!strcmp(s, "--max-seqs")) {
-		if ((rc = cli_int(a, s, 1, 4096, &x)))
-			return rc;
-		p->max_seqs = (int)x;
-	} else if (!strcmp(s, "--max-queue")) {
-		if ((rc = cli_int(a, s, 0, 1L << 20, &x)))
-			return rc;
-		p->max_queue = (int)x;
-	} else if (!strcmp(s, "--max-body")) {
+	if (!strcmp(s, "--max-body")) {
 		if ((rc = cli_size(a, s, &sz)))
 			return rc;
 		if (sz < 64 || sz > ((size_t)1 << 30))
 			return cli_usage_error(a, "--max-body: must be 64 bytes to 1G");
 		p->max_body = sz;
-	} else if (!strcmp(s, "--max-tokens")) {
-		if ((rc = cli_int(a, s, 1, 1L << 22, &x)))
-			return rc;
-		p->max_tokens = (int)x;
-	} else if (!strcmp(s, "--timeout")) {
-		if ((rc = cli_float(a, s, 0, 1e7, &d)))
-			return rc;
-		p->timeout = d;
-	} else if (!strcmp(s, "--max-preempt")) {
-		if ((rc = cli_int(a, s, 0, 1000, &x)))
-			return rc;
-		p->max_preempt = (int)x;
-	} else if (!strcmp(s, "--kv-expect")) {
-		if ((rc = cli_float(a, s, 0.01, 2, &d)))
-			return rc;
-		p->kv_expect = d;
-	} else if (!strcmp(s, "--prefix-cache")) {
+		return 0;
+	}
+	if (!strcmp(s, "--prefix-cache")) {
 		if (!(v = cli_value(a, s)))
 			return CLI_USAGE;
 		if (!strcmp(v, "on"))
@@ -140,42 +97,17 @@ static int serve_limits(struct cli_args *a, const char *s, struct srv_params *p,
 			p->ep.prefix_cache = 0;
 		else
 			return cli_usage_error(a, "--prefix-cache: '%s' is not on or off", v);
-	} else {
-		*handled = 0;
+		return 0;
 	}
-	return 0;
-}
-
-/* The shared KV store (--kv-store*): as serve_listen. */
-static int serve_store(struct cli_args *a, const char *s, struct srv_params *p, int *handled)
-{
-	long x;
-	double d;
-	const char *v;
-	int rc;
-
-	*handled = 1;
 	if (!strcmp(s, "--kv-store")) {
 		if (!(v = cli_value(a, s)))
 			return CLI_USAGE;
 		if (strncmp(v, "redis://", 8))
 			return cli_usage_error(a, "--kv-store: '%s' is not redis://HOST[:PORT][/DB]", v);
 		p->kv_store = v;
-	} else if (!strcmp(s, "--kv-store-password")) {
-		if (!(p->kv_store_password = cli_value(a, s)))
-			return CLI_USAGE;
-	} else if (!strcmp(s, "--kv-store-ttl")) {
-		if ((rc = cli_int(a, s, 1, 1L << 30, &x)))
-			return rc;
-		p->kv_store_ttl = (int)x;
-	} else if (!strcmp(s, "--kv-store-timeout")) {
-		if ((rc = cli_float(a, s, 0.001, 60, &d)))
-			return rc;
-		p->kv_store_timeout = d;
-	} else {
-		*handled = 0;
+		return 0;
 	}
-	return 0;
+	return cli_engine_or_unknown(a, &p->ep, &p->kv_stats);
 }
 
 int cli_serve(int argc, char **argv)
@@ -183,29 +115,14 @@ int cli_serve(int argc, char **argv)
 	struct cli_args a = { argc, argv, 1, "serve" };
 	struct srv_params p = srv_default_params();
 	const char *env_key = getenv("TIERKV_API_KEY");
-	int rc, handled;
+	int rc;
 
 	if (env_key && *env_key)
 		p.api_key = env_key;
-	for (; a.i < argc; a.i++) {
-		const char *s = argv[a.i];
-
-		if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-			serve_help();
-			return CLI_OK;
-		}
-		if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) {
-			p.verbose = 1;
-			continue;
-		}
-		if ((rc = serve_listen(&a, s, &p, &handled)) ||
-		    (!handled && (rc = serve_limits(&a, s, &p, &handled))) ||
-		    (!handled && (rc = serve_store(&a, s, &p, &handled))) ||
-		    (!handled && (rc = cli_kv_option(&a, &p.ep, &p.kv_stats, &handled))))
-			return rc;
-		if (!handled)
-			return cli_usage_error(&a, "unknown option '%s'", s);
-	}
+	if ((rc = cli_parse_options(&a, CLI_TABLE(serve_table), &p, serve_option)) == CLI_HELP)
+		serve_help();
+	if (rc)
+		return rc == CLI_HELP ? CLI_OK : rc;
 	if (cli_kv_check(&a, &p.ep))
 		return CLI_USAGE;
 	if (p.kv_store)
