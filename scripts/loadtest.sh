@@ -30,10 +30,8 @@ serve_build
 [ -n "$model" ] || model=models/stories260K.gguf
 
 tmp=$(mktemp -d)
-serve_pid=
-trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
-serve_start "$tmp/server.log" -m "$model" --max-seqs "$clients" --max-queue $((clients * 2)) "$@" ||
-	{ echo "loadtest: the server did not start"; cat "$tmp/server.log"; exit 1; }
+serve_cleanup_at_exit
+serve_up loadtest "$tmp/server.log" -m "$model" --max-seqs "$clients" --max-queue $((clients * 2)) "$@"
 url=$serve_url
 head -n 1 "$tmp/server.log"
 

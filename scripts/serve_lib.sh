@@ -36,6 +36,24 @@ serve_start() {
 	return 1
 }
 
+# serve_up WHO LOG ARGS...: serve_start LOG ARGS..., or "WHO: the server did
+# not start:" with the log, and exit 1.
+serve_up() {
+	local who=$1 log=$2
+	shift 2
+	serve_start "$log" "$@" && return 0
+	echo "$who: the server did not start:"
+	cat "$log"
+	exit 1
+}
+
+# serve_cleanup_at_exit: at exit, kills a server still running (serve_pid)
+# and removes $tmp.
+serve_cleanup_at_exit() {
+	serve_pid=
+	trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+}
+
 # serve_stop: SIGTERM to serve_pid, then its exit code in serve_rc.
 serve_stop() {
 	serve_rc=0

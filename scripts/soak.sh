@@ -42,12 +42,10 @@ serve_build
 command -v curl >/dev/null || { echo "soak: curl is needed" >&2; exit 2; }
 
 tmp=$(mktemp -d)
-serve_pid=
-trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+serve_cleanup_at_exit
 key=sk-soak-$$
-serve_start "$tmp/server.log" -m "$model" --host 127.0.0.1 --api-key "$key" --kv-mem "$kv_mem" \
-	--max-seqs "$clients" --max-queue $((clients * 2)) --max-body 64K --max-tokens 512 --timeout 120 "$@" ||
-	{ echo "soak: the server did not start"; cat "$tmp/server.log"; exit 1; }
+serve_up soak "$tmp/server.log" -m "$model" --host 127.0.0.1 --api-key "$key" --kv-mem "$kv_mem" \
+	--max-seqs "$clients" --max-queue $((clients * 2)) --max-body 64K --max-tokens 512 --timeout 120 "$@"
 url=$serve_url
 head -n 1 "$tmp/server.log"
 

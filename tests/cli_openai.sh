@@ -12,8 +12,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null || ! command -v c
 	echo "cli_openai: skipped (needs node, npm and curl)"
 	exit 77
 fi
-serve_pid=
-trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+serve_cleanup_at_exit
 
 cp "$src/package.json" "$src/package-lock.json" "$src/client.mjs" "$tmp/"
 if ! (cd "$tmp" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >npm.log 2>&1); then
@@ -23,11 +22,7 @@ if ! (cd "$tmp" && timeout 300 npm ci --no-audit --no-fund --loglevel=error >npm
 fi
 
 key=sk-openai-client-test
-if ! serve_start "$tmp/server.log" -m "$model" --api-key "$key" -t 2; then
-	echo "FAIL: the server did not start:"
-	cat "$tmp/server.log"
-	exit 1
-fi
+serve_up FAIL "$tmp/server.log" -m "$model" --api-key "$key" -t 2
 
 (cd "$tmp" && TIERKV_URL=$serve_url TIERKV_API_KEY=$key timeout 120 node client.mjs)
 rc=$?

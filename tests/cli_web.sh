@@ -19,18 +19,13 @@ if [ -z "$chromium" ] || [ -z "$driver" ]; then
 fi
 command -v python3 >/dev/null || { echo "FAIL: python3 is needed"; exit 1; }
 
-serve_pid=
-trap '[ -n "$serve_pid" ] && kill -KILL "$serve_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+serve_cleanup_at_exit
 
 # 100 KiB of KV (a third of what 512 tokens take at f16) and prompt chunks of
 # 64 tokens, so that a long prompt drives the governor and fills every tier
 key=sk-web-test
 kv_mem=102400
-if ! serve_start "$tmp/server.log" -m "$model" --api-key "$key" -t 1 -b 64 --kv-mem $kv_mem; then
-	echo "FAIL: the server did not start:"
-	cat "$tmp/server.log"
-	exit 1
-fi
+serve_up FAIL "$tmp/server.log" -m "$model" --api-key "$key" -t 1 -b 64 --kv-mem $kv_mem
 
 shot=()
 [ -n "${TIERKV_WEB_SCREENSHOT:-}" ] && shot=(--screenshot "$TIERKV_WEB_SCREENSHOT")
