@@ -136,9 +136,7 @@ static int bench_option(struct cli_args *a, void *ctx)
 			return cli_usage_error(a, "--output: '%s' is not md or json", v);
 		return 0;
 	}
-	if (!strncmp(s, "--kv-", 5) && (rc = cli_kv_option(a, &o->ep, NULL, &handled)))
-		return rc;
-	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", s);
+	return cli_kv_or_unknown(a, &o->ep, NULL);
 }
 
 /* 0, CLI_HELP or CLI_USAGE (after a message). */

@@ -69,7 +69,7 @@ static int bs_option(struct cli_args *a, void *ctx)
 {
 	struct bs_opts *o = ctx;
 	const char *s = a->argv[a->i], *v;
-	int handled, rc;
+	int rc;
 	long x;
 
 	if (!strcmp(s, "--serve"))
@@ -92,9 +92,7 @@ static int bs_option(struct cli_args *a, void *ctx)
 		o->json = !strcmp(v, "json");
 		return 0;
 	}
-	if ((rc = cli_kv_option(a, &o->ep, NULL, &handled)))
-		return rc;
-	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", s);
+	return cli_kv_or_unknown(a, &o->ep, NULL);
 }
 
 /* 0, CLI_HELP or CLI_USAGE (after a message). */

@@ -22,11 +22,12 @@
 #include "cli/cli.h"
 
 struct chat_opts {
-	struct cli_gen_opts g;   /* model, -n, sampling, engine and cache */
+	struct cli_gen_opts g;   /* model, -n, sampling, engine and cache: first (cli_gen_parse) */
 	const char *system, *tmpl;
 	long max_pos;
 	int verbose;
 };
+_Static_assert(offsetof(struct chat_opts, g) == 0, "cli_gen_parse takes the options as their cli_gen_opts");
 
 struct chat_msg {
 	const char *role;   /* static */
@@ -90,7 +91,7 @@ static void chat_help(void)
 	cli_kv_help();
 }
 
-/* Options that are chat's own; cli_gen_option takes the rest (model, -n, sampling, engine, cache). */
+/* Options that are chat's own; cli_gen_parse takes the rest (model, -n, sampling, engine, cache). */
 static const struct cli_opt chat_table[] = {
 	CLI_HELP_OPT,
 	{ "-sys", "--system", CLI_OPT_STR, offsetof(struct chat_opts, system), 0, 0 },
@@ -99,23 +100,15 @@ static const struct cli_opt chat_table[] = {
 	{ "-v", "--verbose", CLI_OPT_FLAG, offsetof(struct chat_opts, verbose), 0, 0 },
 };
 
-static int chat_more(struct cli_args *a, void *o)
-{
-	return cli_gen_option(a, &((struct chat_opts *)o)->g);
-}
-
 /* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct chat_opts *o)
 {
 	struct cli_args a = { argc, argv, 1, "chat" };
-	int rc;
 	struct tkv_chat_template t;
+	int rc;
 
 	memset(o, 0, sizeof *o);
-	cli_gen_defaults(&o->g);
-	if ((rc = cli_parse_options(&a, CLI_TABLE(chat_table), o, chat_more)))
-		return rc;
-	if ((rc = cli_gen_finish(&a, &o->g)))
+	if ((rc = cli_gen_parse(&a, CLI_TABLE(chat_table), o)))
 		return rc;
 	if (o->tmpl && tkv_chat_template_by_name(&t, o->tmpl))
 		return cli_usage_error(&a, "--chat-template: unknown format '%s' (one of %s)", o->tmpl,

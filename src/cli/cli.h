@@ -68,6 +68,8 @@ int cli_parse_options(struct cli_args *a, const struct cli_opt *t, size_t n, voi
 /* An option no table took: an engine or KV option into ep (stats as for
  * cli_engine_option), else a usage error "unknown option". 0 or CLI_USAGE. */
 int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats);
+/* The same with the KV options only (no -c, -b, -t). */
+int cli_kv_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats);
 /* The options of the commands that generate (run, chat). */
 struct cli_gen_opts {
 	const char *model;               /* -m (NULL: the bundled model) */
@@ -77,14 +79,11 @@ struct cli_gen_opts {
 	struct tkv_sampler_params sp;    /* --temp, --top-k, ... */
 	struct tkv_engine_params ep;     /* -c, -b, -t, --kv-* */
 };
-/* n_predict -1, the sampler's and the engine's default params. */
-void cli_gen_defaults(struct cli_gen_opts *g);
-/* -m, -n, --ignore-eos, the sampling options, then the engine's and the
- * cache's; anything else is a usage error "unknown option". 0 or CLI_USAGE. */
-int cli_gen_option(struct cli_args *a, struct cli_gen_opts *g);
-/* After the last option: the KV options' joint check, and a seed from the
- * clock when none was given. 0 or CLI_USAGE. */
-int cli_gen_finish(struct cli_args *a, struct cli_gen_opts *g);
+/* The whole option parse of a generating command whose options struct o
+ * starts with its struct cli_gen_opts: the defaults, the command's table t,
+ * cli_gen_option for the rest, then the KV options' joint check and a seed
+ * from the clock when none was given. 0, CLI_HELP or CLI_USAGE. */
+int cli_gen_parse(struct cli_args *a, const struct cli_opt *t, size_t n, void *o);
 /* Sampling options (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
  * --repeat-last-n, -s/--seed): if argv[a->i] is one, parses it into sp and
  * sets *handled (and *seed_set for a seed); returns 0 or CLI_USAGE. */

@@ -36,21 +36,17 @@ static void run_help(void)
 }
 
 struct run_opts {
-	struct cli_gen_opts g;   /* model, -n, sampling, engine and cache */
+	struct cli_gen_opts g;   /* model, -n, sampling, engine and cache: first (cli_gen_parse) */
 	const char *prompt, *file;
 };
+_Static_assert(offsetof(struct run_opts, g) == 0, "cli_gen_parse takes the options as their cli_gen_opts");
 
-/* Options that are run's own; cli_gen_option takes the rest. */
+/* Options that are run's own; cli_gen_parse takes the rest. */
 static const struct cli_opt run_table[] = {
 	CLI_HELP_OPT,
 	{ "-p", "--prompt", CLI_OPT_STR, offsetof(struct run_opts, prompt), 0, 0 },
 	{ "-f", "--file", CLI_OPT_STR, offsetof(struct run_opts, file), 0, 0 },
 };
-
-static int run_more(struct cli_args *a, void *o)
-{
-	return cli_gen_option(a, &((struct run_opts *)o)->g);
-}
 
 /* 0, CLI_HELP or CLI_USAGE (after a message). */
 static int parse(int argc, char **argv, struct run_opts *o)
@@ -59,10 +55,7 @@ static int parse(int argc, char **argv, struct run_opts *o)
 	int rc;
 
 	memset(o, 0, sizeof *o);
-	cli_gen_defaults(&o->g);
-	if ((rc = cli_parse_options(&a, CLI_TABLE(run_table), o, run_more)))
-		return rc;
-	if ((rc = cli_gen_finish(&a, &o->g)))
+	if ((rc = cli_gen_parse(&a, CLI_TABLE(run_table), o)))
 		return rc;
 	if (o->prompt && o->file)
 		return cli_usage_error(&a, "give -p or -f, not both");
