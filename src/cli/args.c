@@ -357,57 +357,30 @@ int cli_parse_options(struct cli_args *a, const struct cli_opt *t, size_t n, voi
 	return 0;
 }
 
+/* rc, or "unknown option" when no parser took the option. */
+static int or_unknown(struct cli_args *a, int rc, int handled)
+{
+	return rc || handled ? rc : cli_usage_error(a, "unknown option '%s'", a->argv[a->i]);
+}
+
 int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats)
 {
-	int handled, rc;
+	int handled = 0, rc = cli_engine_option(a, ep, stats, &handled);
 
-	if ((rc = cli_engine_option(a, ep, stats, &handled)))
-		return rc;
-	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", a->argv[a->i]);
-}
-
-static const struct cli_opt gen_table[] = {
-	{ "-m", "--model", CLI_OPT_STR, offsetof(struct cli_gen_opts, model), 0, 0 },
-	{ "-n", "--n-predict", CLI_OPT_LONG, offsetof(struct cli_gen_opts, n_predict), -1, 1L << 30 },
-	{ NULL, "--ignore-eos", CLI_OPT_FLAG, offsetof(struct cli_gen_opts, ignore_eos), 0, 0 },
-};
-
-/* -m, -n, --ignore-eos, the sampling options, then the engine's and the
- * cache's, into the struct cli_gen_opts at g; else "unknown option". */
-static int gen_option(struct cli_args *a, void *g)
-{
-	struct cli_gen_opts *o = g;
-	int rc, handled;
-
-	if ((rc = cli_table_option(a, CLI_TABLE(gen_table), o, &handled)) ||
-	    (!handled && (rc = cli_sampler_option(a, &o->sp, &o->seed_set, &handled))) ||
-	    (!handled && (rc = cli_engine_or_unknown(a, &o->ep, &o->kv_stats))))
-		return rc;
-	return 0;
-}
-
-int cli_gen_parse(struct cli_args *a, const struct cli_opt *t, size_t n, void *o)
-{
-	struct cli_gen_opts *g = o;
-	int rc;
-
-	memset(g, 0, sizeof *g);
-	g->n_predict = -1;
-	g->sp = tkv_sampler_default_params();
-	g->ep = tkv_engine_default_params();
-	/* o and g are one pointer: gen_option takes o as the cli_gen_opts */
-	if ((rc = cli_parse_options(a, t, n, o, gen_option)) || (rc = cli_kv_check(a, &g->ep)))
-		return rc;
-	if (!g->seed_set)
-		g->sp.seed = cli_random_seed();
-	return 0;
+	return or_unknown(a, rc, handled);
 }
 
 int cli_kv_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats)
 {
-	int handled, rc;
+	int handled = 0, rc = cli_kv_option(a, ep, stats, &handled);
 
-	if ((rc = cli_kv_option(a, ep, stats, &handled)))
-		return rc;
-	return handled ? 0 : cli_usage_error(a, "unknown option '%s'", a->argv[a->i]);
+	return or_unknown(a, rc, handled);
+}
+
+int cli_parse_end(int st, void (*help)(void))
+{
+	if (st != CLI_HELP)
+		return st;
+	help();
+	return CLI_OK;
 }

@@ -673,11 +673,8 @@ int cli_bench(int argc, char **argv)
 	for (int i = 1; i < argc; i++) /* concurrent sequences per policy: bench_serve.c */
 		if (!strcmp(argv[i], "--serve"))
 			return cli_bench_serve(argc, argv);
-	st = bench_parse(argc, argv, &x.o);
-	if (st == CLI_HELP)
-		bench_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = bench_parse(argc, argv, &x.o)))
+		return cli_parse_end(st, bench_help);
 	if ((rc = bench_setup(&x)))
 		goto out;
 	for (size_t pi = 0; pi < x.o.n_pol; pi++)

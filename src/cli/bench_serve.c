@@ -309,11 +309,8 @@ int cli_bench_serve(int argc, char **argv)
 	int st, rc = CLI_OK;
 	long full_held = 0;
 
-	st = bs_parse(argc, argv, &o);
-	if (st == CLI_HELP)
-		bs_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = bs_parse(argc, argv, &o)))
+		return cli_parse_end(st, bs_help);
 	if ((rc = cli_model_path("bench --serve", &o.model)))
 		return rc;
 	snprintf(list, sizeof list, "%s", o.policies);

@@ -37,21 +37,13 @@ struct chat_msg {
 
 struct chat {
 	const struct chat_opts *o;
-	struct tkv_model *m;
-	struct tkv_engine *e;
-	struct tkv_seq *seq;
-	struct tkv_sampler *smp;
-	const struct tkv_vocab *voc;
+	struct cli_gen g;         /* model, engine, sequence, sampler, buffers */
 	struct tkv_chat_template t;
-	struct tkv_model_info info;
 	uint32_t ctx;             /* tokens the cache is sized for (-c) */
 	uint32_t max_pos;         /* positions before the conversation starts over */
 	struct chat_msg *msgs;
 	size_t n_msgs, cap_msgs;
 	struct chat_buf fed;      /* the text whose tokens the cache holds */
-	float *logits;            /* (n_vocab) */
-	char *piece;
-	size_t piece_cap;
 	/* counters */
 	uint64_t n_prompt, n_gen; /* tokens fed to the model from input, generated */
 	uint32_t n_turns, n_restarts, last_fed, last_reused, last_gen;
@@ -208,12 +200,12 @@ static int start_over(struct chat *c)
 {
 	struct tkv_error err = { 0 };
 
-	tkv_seq_free(c->seq);
-	c->seq = NULL;
+	tkv_seq_free(c->g.seq);
+	c->g.seq = NULL;
 	drop_msgs(c, c->o->system ? 1 : 0);
 	c->fed.len = 0;
-	tkv_sampler_reset(c->smp, c->o->g.sp.seed + c->n_turns);
-	if (tkv_seq_init(&c->seq, c->e, &err)) {
+	tkv_sampler_reset(c->g.smp, c->o->g.sp.seed + c->n_turns);
+	if (tkv_seq_init(&c->g.seq, c->g.e, &err)) {
 		fprintf(stderr, "tierkv chat: %s\n", err.msg);
 		return -1;
 	}
@@ -224,13 +216,13 @@ static int start_over(struct chat *c)
  * wants one); *ids malloc'd. */
 static int tokenize(const struct chat *c, const struct chat_buf *text, int32_t **ids, size_t *n)
 {
-	bool bos = tkv_seq_n_past(c->seq) == 0 && tkv_vocab_add_bos(c->voc);
+	bool bos = tkv_seq_n_past(c->g.seq) == 0 && tkv_vocab_add_bos(c->g.voc);
 
 	*ids = NULL;
-	tkv_vocab_tokenize(c->voc, text->p ? text->p : "", text->len, bos, true, NULL, 0, n);
+	tkv_vocab_tokenize(c->g.voc, text->p ? text->p : "", text->len, bos, true, NULL, 0, n);
 	if (!(*ids = malloc((*n + 1) * sizeof **ids)))
 		return -1;
-	return tkv_vocab_tokenize(c->voc, text->p ? text->p : "", text->len, bos, true, *ids, *n, n) ? -1 : 0;
+	return tkv_vocab_tokenize(c->g.voc, text->p ? text->p : "", text->len, bos, true, *ids, *n, n) ? -1 : 0;
 }
 
 /* Writes raw[*shown..upto) to stdout; the reply's leading spaces are not shown. */
@@ -281,34 +273,34 @@ static enum reply_end reply(struct chat *c, struct chat_buf *raw, size_t *cut)
 			end = REPLY_STOPPED;
 			break;
 		}
-		if ((o->g.n_predict >= 0 && c->last_gen >= o->g.n_predict) || tkv_seq_n_past(c->seq) >= c->max_pos)
+		if ((o->g.n_predict >= 0 && c->last_gen >= o->g.n_predict) || tkv_seq_n_past(c->g.seq) >= c->max_pos)
 			break;
-		id = tkv_sampler_sample(c->smp, c->logits);
-		if (tkv_vocab_is_eog(c->voc, id) && !o->g.ignore_eos)
+		id = tkv_sampler_sample(c->g.smp, c->g.logits);
+		if (tkv_vocab_is_eog(c->g.voc, id) && !o->g.ignore_eos)
 			break;
-		tkv_sampler_accept(c->smp, id);
-		if (tkv_seq_decode(c->seq, &id, 1, c->logits, 0, &err)) {
+		tkv_sampler_accept(c->g.smp, id);
+		if (tkv_seq_decode(c->g.seq, &id, 1, c->g.logits, 0, &err)) {
 			fprintf(stderr, "\ntierkv chat: %s; the conversation starts over\n", err.msg);
 			end = REPLY_BROKEN;
 			break;
 		}
 		c->n_gen++;
-		k = tkv_detok_push(c->voc, &d, id, c->piece, c->piece_cap);
-		if ((k > 0 && chat_buf_add(raw, c->piece, (size_t)k)) || chat_buf_add(raw, "", 0))
+		k = tkv_detok_push(c->g.voc, &d, id, c->g.piece, c->g.piece_cap);
+		if ((k > 0 && chat_buf_add(raw, c->g.piece, (size_t)k)) || chat_buf_add(raw, "", 0))
 			return REPLY_BROKEN;
 		if (stop && (hit = strstr(raw->p, stop)))
 			break;
 		show(raw, &shown, raw->len - holdback(raw, stop));
 	}
-	k = tkv_detok_flush(&d, c->piece, c->piece_cap);
-	if (k > 0 && chat_buf_add(raw, c->piece, (size_t)k))
+	k = tkv_detok_flush(&d, c->g.piece, c->g.piece_cap);
+	if (k > 0 && chat_buf_add(raw, c->g.piece, (size_t)k))
 		return REPLY_BROKEN;
 	*cut = hit ? (size_t)(hit - raw->p) : raw->len;
 	show(raw, &shown, *cut);
 	printf("\n");
 	if (end == REPLY_STOPPED)
 		fprintf(stderr, "[reply stopped]\n");
-	if (tkv_seq_n_past(c->seq) >= c->max_pos)
+	if (tkv_seq_n_past(c->g.seq) >= c->max_pos)
 		fprintf(stderr, "[the conversation reached --max-pos %u positions; the next message starts over]\n",
 			c->max_pos);
 	fflush(stdout);
@@ -349,18 +341,18 @@ again:
 		rc = 1;
 		goto out;
 	}
-	if (tkv_seq_n_past(c->seq) + n + 1 > c->max_pos) {
+	if (tkv_seq_n_past(c->g.seq) + n + 1 > c->max_pos) {
 		fprintf(stderr, "[%u positions: the conversation starts over from the system prompt]\n",
-			tkv_seq_n_past(c->seq));
+			tkv_seq_n_past(c->g.seq));
 		if (start_over_with_last(c))
 			goto out;
 		goto again;
 	}
 	for (size_t i = 0; i < n; i++)
-		tkv_sampler_accept(c->smp, ids[i]);
-	c->last_reused = tkv_seq_n_past(c->seq);
-	if (tkv_seq_decode(c->seq, ids, n, c->logits, 0, &err)) {
-		bool retry = tkv_seq_n_past(c->seq) > 0 && tries++ == 0;
+		tkv_sampler_accept(c->g.smp, ids[i]);
+	c->last_reused = tkv_seq_n_past(c->g.seq);
+	if (tkv_seq_decode(c->g.seq, ids, n, c->g.logits, 0, &err)) {
+		bool retry = tkv_seq_n_past(c->g.seq) > 0 && tries++ == 0;
 
 		fprintf(stderr, "tierkv chat: %s; the conversation starts over%s\n", err.msg,
 			retry ? " from the system prompt" : " (the message is dropped)");
@@ -424,25 +416,25 @@ static void print_tier(const char *name, size_t slots, size_t bytes, size_t stre
 static void print_stats(struct chat *c)
 {
 	struct tkv_kv_stats ks, es;
-	size_t streams = (size_t)c->info.n_layer * c->info.n_kv_head, held = 0;
-	uint32_t pos = tkv_seq_n_past(c->seq);
+	size_t streams = (size_t)c->g.info.n_layer * c->g.info.n_kv_head, held = 0;
+	uint32_t pos = tkv_seq_n_past(c->g.seq);
 	char b1[32], b2[32], b3[32], b4[32];
 
-	tkv_seq_kv_stats(c->seq, &ks);
-	tkv_engine_kv_stats(c->e, &es);
+	tkv_seq_kv_stats(c->g.seq, &ks);
+	tkv_engine_kv_stats(c->g.e, &es);
 	for (int i = 0; i < 3; i++)
 		held += ks.tier_tokens[i];
 	printf("conversation: %u turns, %zu messages, template %s, %u restarts\n", c->n_turns, c->n_msgs,
 	       tkv_chat_template_name(&c->t), c->n_restarts);
 	printf("positions: %u (model context %u, cache sized for %u tokens, --max-pos %u)\n", pos,
-	       c->info.n_ctx_train, c->ctx, c->max_pos);
+	       c->g.info.n_ctx_train, c->ctx, c->max_pos);
 	printf("tokens: %llu fed from input + %llu generated; last turn fed %u new, reused %u cached, generated %u\n",
 	       (unsigned long long)c->n_prompt, (unsigned long long)c->n_gen, c->last_fed, c->last_reused,
 	       c->last_gen);
 	printf("cache: %zu tokens held (per layer and KV head), K+V %s of a %s budget (full f16 for %u positions: %s)\n",
 	       streams ? held / streams : 0, cli_fmt_bytes(b1, sizeof b1, (double)ks.kv_bytes),
 	       c->o->g.ep.kv.seq_budget ? cli_fmt_bytes(b2, sizeof b2, (double)c->o->g.ep.kv.seq_budget) : "unlimited",
-	       pos, cli_fmt_bytes(b3, sizeof b3, (double)tkv_model_kv_bytes(c->m, pos)));
+	       pos, cli_fmt_bytes(b3, sizeof b3, (double)tkv_model_kv_bytes(c->g.m, pos)));
 	print_tier("hot", ks.tier_tokens[0], ks.tier_bytes[0], streams);
 	print_tier("warm", ks.tier_tokens[1], ks.tier_bytes[1], streams);
 	print_tier("cold", ks.tier_tokens[2], ks.tier_bytes[2], streams);
@@ -554,33 +546,25 @@ static int chat_open(struct chat *c, struct chat_opts *o, struct tkv_error *err)
 	struct tkv_model_params mp = tkv_model_default_params();
 	int st;
 
-	if ((st = tkv_model_load(&c->m, o->g.model, &mp, err)))
+	if ((st = tkv_model_load(&c->g.m, o->g.model, &mp, err)))
 		return st;
-	tkv_model_get_info(c->m, &c->info);
-	c->voc = tkv_model_vocab(c->m);
-	c->ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : c->info.n_ctx_train;
+	tkv_model_get_info(c->g.m, &c->g.info);
+	c->ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : c->g.info.n_ctx_train;
 	c->max_pos = o->max_pos ? (uint32_t)o->max_pos : (4 * c->ctx > 65536 ? 4 * c->ctx : 65536);
 	o->g.ep.n_ctx = c->max_pos;
 	if (o->g.ep.n_batch > c->max_pos)
 		o->g.ep.n_batch = c->max_pos;
 	if (!o->g.ep.kv.seq_budget)
-		o->g.ep.kv.seq_budget = tkv_model_kv_bytes(c->m, c->ctx);
-	st = tkv_chat_template_from_model(&c->t, c->m, o->tmpl, err);
+		o->g.ep.kv.seq_budget = tkv_model_kv_bytes(c->g.m, c->ctx);
+	st = tkv_chat_template_from_model(&c->t, c->g.m, o->tmpl, err);
 	if (st == TKV_ERR_UNSUPPORTED)
 		fprintf(stderr, "tierkv chat: %s; using the plain format (choose one with --chat-template)\n", err->msg);
 	else if (st)
 		return st;
-	if ((st = tkv_engine_init(&c->e, c->m, &o->g.ep, err)) || (st = tkv_seq_init(&c->seq, c->e, err)) ||
-	    (st = tkv_sampler_init(&c->smp, &o->g.sp, (int32_t)c->info.n_vocab, NULL, err)))
+	if ((st = cli_gen_start(&c->g, &o->g.ep, &o->g.sp, err)))
 		return st;
-	c->piece_cap = tkv_detok_min_cap(c->voc);
-	c->piece = malloc(c->piece_cap);
-	c->logits = malloc((size_t)c->info.n_vocab * sizeof *c->logits);
-	if (!c->piece || !c->logits || (o->system && add_msg(c, "system", o->system, strlen(o->system))))
-	{
-		snprintf(err->msg, sizeof err->msg, "out of memory");
-		return err->status = TKV_ERR_NOMEM;
-	}
+	if (o->system && add_msg(c, "system", o->system, strlen(o->system)))
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory");
 	return TKV_OK;
 }
 
@@ -589,12 +573,7 @@ static void chat_close(struct chat *c)
 	drop_msgs(c, 0);
 	free(c->msgs);
 	chat_buf_free(&c->fed);
-	free(c->piece);
-	free(c->logits);
-	tkv_sampler_free(c->smp);
-	tkv_seq_free(c->seq);
-	tkv_engine_free(c->e);
-	tkv_model_free(c->m);
+	cli_gen_free(&c->g);
 }
 
 int cli_chat(int argc, char **argv)
@@ -606,10 +585,8 @@ int cli_chat(int argc, char **argv)
 	char b[32];
 	int rc, st;
 
-	if ((st = parse(argc, argv, &o)) == CLI_HELP)
-		chat_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = parse(argc, argv, &o)))
+		return cli_parse_end(st, chat_help);
 	if ((rc = cli_model_path("chat", &o.g.model)))
 		return rc;
 	memset(&c, 0, sizeof c);
@@ -619,7 +596,7 @@ int cli_chat(int argc, char **argv)
 		chat_close(&c);
 		return st == TKV_ERR_ARG ? CLI_USAGE : CLI_ERR;
 	}
-	tkv_model_get_info(c.m, &info);
+	tkv_model_get_info(c.g.m, &info);
 	if ((rc = cli_check_layer_plan("chat", &o.g.ep, &info)) || chat_signals_init()) {
 		chat_close(&c);
 		return rc ? rc : CLI_ERR;

@@ -65,6 +65,9 @@ int cli_table_option(struct cli_args *a, const struct cli_opt *t, size_t n, void
  * CLI_USAGE (after a message). */
 int cli_parse_options(struct cli_args *a, const struct cli_opt *t, size_t n, void *o,
 		      int (*more)(struct cli_args *a, void *o));
+/* What a command returns after its parse failed or asked for help (st, not
+ * 0): CLI_OK after help() for CLI_HELP, else st. */
+int cli_parse_end(int st, void (*help)(void));
 /* An option no table took: an engine or KV option into ep (stats as for
  * cli_engine_option), else a usage error "unknown option". 0 or CLI_USAGE. */
 int cli_engine_or_unknown(struct cli_args *a, struct tkv_engine_params *ep, int *stats);
@@ -84,6 +87,25 @@ struct cli_gen_opts {
  * cli_gen_option for the rest, then the KV options' joint check and a seed
  * from the clock when none was given. 0, CLI_HELP or CLI_USAGE. */
 int cli_gen_parse(struct cli_args *a, const struct cli_opt *t, size_t n, void *o);
+/* What a generating command holds once its model is loaded (cli_gen_free
+ * frees it all; members still NULL are fine). */
+struct cli_gen {
+	struct tkv_model *m;
+	struct tkv_model_info info;
+	const struct tkv_vocab *voc;     /* borrowed from m */
+	struct tkv_engine *e;
+	struct tkv_seq *seq;
+	struct tkv_sampler *smp;
+	float *logits;                   /* (n_vocab) */
+	char *piece;                     /* (piece_cap) streamed text */
+	size_t piece_cap;
+};
+/* For g->m loaded and g->info filled: the engine on ep, one sequence, the
+ * sampler on sp, the logits and the piece buffer. TKV_OK, or a status with
+ * err set. */
+int cli_gen_start(struct cli_gen *g, const struct tkv_engine_params *ep, const struct tkv_sampler_params *sp,
+		  struct tkv_error *err);
+void cli_gen_free(struct cli_gen *g);
 /* Sampling options (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
  * --repeat-last-n, -s/--seed): if argv[a->i] is one, parses it into sp and
  * sets *handled (and *seed_set for a seed); returns 0 or CLI_USAGE. */

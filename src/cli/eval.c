@@ -894,11 +894,8 @@ int cli_eval(int argc, char **argv)
 			return cli_eval_retrieval(argc, argv);
 		else if (!strcmp(argv[i], "--kl-base"))
 			return cli_eval_klbase(argc, argv);
-	st = parse(argc, argv, &o);
-	if (st == CLI_HELP)
-		cli_eval_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = parse(argc, argv, &o)))
+		return cli_parse_end(st, cli_eval_help);
 	if ((rc = cli_model_path("eval", &o.model)) || (rc = cli_load_model("eval", o.model, NULL, &x.m, &info)) ||
 	    (rc = eval_settings(&o, &info)))
 		goto out;

@@ -259,11 +259,8 @@ int cli_eval_klbase(int argc, char **argv)
 	int32_t n_chunk;
 	int rc = CLI_ERR, st;
 
-	st = kb_parse(argc, argv, &o);
-	if (st == CLI_HELP)
-		kb_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = kb_parse(argc, argv, &o)))
+		return cli_parse_end(st, kb_help);
 	if ((rc = cli_load_model("eval", o.model, NULL, &m, &info)))
 		goto out;
 	if ((rc = kb_open(&b, o.base, info.n_vocab)) != CLI_OK)

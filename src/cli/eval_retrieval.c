@@ -736,11 +736,8 @@ int cli_eval_retrieval(int argc, char **argv)
 	size_t n_tok = 0;
 	int rc, st;
 
-	st = parse(argc, argv, &o);
-	if (st == CLI_HELP)
-		cli_eval_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = parse(argc, argv, &o)))
+		return cli_parse_end(st, cli_eval_help);
 	x.o = &o;
 	if ((rc = cli_model_path("eval", &o.model)) || (rc = cli_load_model("eval", o.model, &o.ep, &x.m, &info)))
 		goto out;

@@ -70,18 +70,10 @@ static int out_write(const char *s, size_t n)
 
 /* A run's handles and buffers (all freed by run_free). */
 struct run_state {
-	struct tkv_model *m;
-	struct tkv_engine *e;
-	struct tkv_seq *seq;
-	struct tkv_sampler *smp;
-	struct tkv_model_info info;
-	const struct tkv_vocab *voc;
+	struct cli_gen g;    /* model, engine, sequence, sampler, buffers */
 	struct tkv_detok ts;
-	char *piece;
-	size_t piece_cap;
-	int32_t *ids;
+	int32_t *ids;        /* (n_prompt) the prompt's tokens */
 	size_t n_prompt, n_gen;
-	float *logits;
 	struct tkv_error err;
 	int st;           /* the failed call's status, for the message */
 };
@@ -89,12 +81,7 @@ struct run_state {
 static void run_free(struct run_state *r)
 {
 	free(r->ids);
-	free(r->piece);
-	free(r->logits);
-	tkv_sampler_free(r->smp);
-	tkv_seq_free(r->seq);
-	tkv_engine_free(r->e);
-	tkv_model_free(r->m);
+	cli_gen_free(&r->g);
 }
 
 /* Loads the model, the engine, a sequence and the sampler, and tokenizes the
@@ -105,32 +92,26 @@ static int run_setup(struct run_state *r, struct run_opts *o, const char *prompt
 	uint32_t n_ctx;
 	int rc;
 
-	if ((rc = cli_load_model("run", o->g.model, &o->g.ep, &r->m, &r->info)))
+	if ((rc = cli_load_model("run", o->g.model, &o->g.ep, &r->g.m, &r->g.info)))
 		return rc;
-	r->voc = tkv_model_vocab(r->m);
-	if ((r->st = tkv_engine_init(&r->e, r->m, &o->g.ep, &r->err)) || (r->st = tkv_seq_init(&r->seq, r->e, &r->err)) ||
-	    (r->st = tkv_sampler_init(&r->smp, &o->g.sp, (int32_t)r->info.n_vocab, NULL, &r->err)))
+	if ((r->st = cli_gen_start(&r->g, &o->g.ep, &o->g.sp, &r->err)))
 		return CLI_ERR;
 	/* tokenize: ask for the size first, then encode */
-	tkv_vocab_tokenize(r->voc, prompt, prompt_len, tkv_vocab_add_bos(r->voc), true, NULL, 0, &r->n_prompt);
+	tkv_vocab_tokenize(r->g.voc, prompt, prompt_len, tkv_vocab_add_bos(r->g.voc), true, NULL, 0, &r->n_prompt);
 	if (r->n_prompt == 0) {
 		fprintf(stderr, "tierkv run: the prompt is empty and the model has no BOS token to start from\n");
 		return CLI_USAGE;
 	}
-	r->ids = malloc(r->n_prompt * sizeof *r->ids);
-	r->logits = malloc((size_t)r->info.n_vocab * sizeof *r->logits);
-	r->piece_cap = tkv_detok_min_cap(r->voc);
-	r->piece = malloc(r->piece_cap);
-	if (!r->ids || !r->logits || !r->piece) {
+	if (!(r->ids = malloc(r->n_prompt * sizeof *r->ids))) {
 		fprintf(stderr, "tierkv run: out of memory\n");
 		return CLI_ERR;
 	}
-	if ((r->st = tkv_vocab_tokenize(r->voc, prompt, prompt_len, tkv_vocab_add_bos(r->voc), true, r->ids,
+	if ((r->st = tkv_vocab_tokenize(r->g.voc, prompt, prompt_len, tkv_vocab_add_bos(r->g.voc), true, r->ids,
 					r->n_prompt, &r->n_prompt))) {
 		tkv_errf(&r->err, r->st, "cannot tokenize the prompt");
 		return CLI_ERR;
 	}
-	n_ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : r->info.n_ctx_train;
+	n_ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : r->g.info.n_ctx_train;
 	if (r->n_prompt >= n_ctx) {
 		fprintf(stderr, "tierkv run: the prompt is %zu tokens but the context holds %u "
 			"(leave room to generate; raise -c or shorten the prompt)\n", r->n_prompt, n_ctx);
@@ -143,8 +124,8 @@ static int run_setup(struct run_state *r, struct run_opts *o, const char *prompt
  * when there was no prompt). -1 when stdout fails. */
 static int run_emit(struct run_state *r, int32_t id, int *strip_space)
 {
-	int n = tkv_detok_push(r->voc, &r->ts, id, r->piece, r->piece_cap);
-	const char *p = r->piece;
+	int n = tkv_detok_push(r->g.voc, &r->ts, id, r->g.piece, r->g.piece_cap);
+	const char *p = r->g.piece;
 
 	if (n <= 0)
 		return 0;
@@ -163,33 +144,33 @@ static int run_emit(struct run_state *r, int32_t id, int *strip_space)
  * CLI_OK, CLI_ERR with r->st set (a decode failed), or -1 (stdout failed). */
 static int run_generate(struct run_state *r, const struct run_opts *o, int strip_space)
 {
-	uint32_t n_ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : r->info.n_ctx_train;
+	uint32_t n_ctx = o->g.ep.n_ctx ? o->g.ep.n_ctx : r->g.info.n_ctx_train;
 
 	while (o->g.n_predict < 0 || (long)r->n_gen < o->g.n_predict) {
-		int32_t id = tkv_sampler_sample(r->smp, r->logits);
+		int32_t id = tkv_sampler_sample(r->g.smp, r->g.logits);
 
-		if (tkv_vocab_is_eog(r->voc, id) && !o->g.ignore_eos)
+		if (tkv_vocab_is_eog(r->g.voc, id) && !o->g.ignore_eos)
 			break;
-		tkv_sampler_accept(r->smp, id);
+		tkv_sampler_accept(r->g.smp, id);
 		r->n_gen++;
 		if (run_emit(r, id, &strip_space))
 			return -1;
-		if (tkv_seq_n_past(r->seq) >= n_ctx) {
-			fprintf(stderr, "\ntierkv: context of %u tokens is full; stopping\n", tkv_seq_n_past(r->seq));
+		if (tkv_seq_n_past(r->g.seq) >= n_ctx) {
+			fprintf(stderr, "\ntierkv: context of %u tokens is full; stopping\n", tkv_seq_n_past(r->g.seq));
 			break;
 		}
 		if (o->g.n_predict >= 0 && (long)r->n_gen >= o->g.n_predict)
 			break;
-		if ((r->st = tkv_seq_decode(r->seq, &id, 1, r->logits, 0, &r->err))) {
+		if ((r->st = tkv_seq_decode(r->g.seq, &id, 1, r->g.logits, 0, &r->err))) {
 			fflush(stdout);
 			fprintf(stderr, "\n");
 			return CLI_ERR;
 		}
 	}
 	{
-		int n = tkv_detok_flush(&r->ts, r->piece, r->piece_cap);
+		int n = tkv_detok_flush(&r->ts, r->g.piece, r->g.piece_cap);
 
-		if (n > 0 && out_write(r->piece, (size_t)n))
+		if (n > 0 && out_write(r->g.piece, (size_t)n))
 			return -1;
 	}
 	return fflush(stdout) || ferror(stdout) ? -1 : CLI_OK;
@@ -201,7 +182,7 @@ static void run_report(struct run_state *r, const struct run_opts *o, double t0,
 	struct tkv_kv_stats ks;
 	char b1[32], b2[32], b3[32], b4[32], b5[32];
 
-	tkv_engine_kv_stats(r->e, &ks);
+	tkv_engine_kv_stats(r->g.e, &ks);
 	fprintf(stderr, "\ntierkv: prefill %zu tokens in %.1f ms (%.1f tok/s) | decode %zu tokens in %.1f ms (%.1f tok/s)\n",
 		r->n_prompt, (t1 - t0) * 1e3, r->n_prompt / (t1 - t0), r->n_gen, (t2 - t1) * 1e3,
 		r->n_gen ? r->n_gen / (t2 - t1) : 0.0);
@@ -214,8 +195,8 @@ static void run_report(struct run_state *r, const struct run_opts *o, double t0,
 	if (o->g.kv_stats) {
 		struct tkv_kv_layer_plan lp;
 
-		cli_print_kv_stats(stderr, &ks, tkv_model_kv_bytes(r->m, ks.n_tokens));
-		tkv_seq_layer_plan(r->seq, &lp);
+		cli_print_kv_stats(stderr, &ks, tkv_model_kv_bytes(r->g.m, ks.n_tokens));
+		tkv_seq_layer_plan(r->g.seq, &lp);
 		cli_print_layer_plan(stderr, &lp);
 	}
 }
@@ -230,11 +211,8 @@ int cli_run(int argc, char **argv)
 	double t0, t1;
 	int rc, st;
 
-	st = parse(argc, argv, &o);
-	if (st == CLI_HELP)
-		run_help();
-	if (st)
-		return st == CLI_HELP ? CLI_OK : st;
+	if ((st = parse(argc, argv, &o)))
+		return cli_parse_end(st, run_help);
 	if ((rc = cli_model_path("run", &o.g.model)))
 		return rc;
 	if (o.file) {
@@ -254,9 +232,9 @@ int cli_run(int argc, char **argv)
 		goto out;
 	}
 	for (size_t i = 0; i < r.n_prompt; i++)
-		tkv_sampler_accept(r.smp, r.ids[i]);
+		tkv_sampler_accept(r.g.smp, r.ids[i]);
 	t0 = cli_now();
-	if ((r.st = tkv_seq_decode(r.seq, r.ids, r.n_prompt, r.logits, 0, &r.err))) {
+	if ((r.st = tkv_seq_decode(r.g.seq, r.ids, r.n_prompt, r.g.logits, 0, &r.err))) {
 		rc = CLI_ERR;
 		goto out;
 	}

@@ -119,10 +119,8 @@ int cli_serve(int argc, char **argv)
 
 	if (env_key && *env_key)
 		p.api_key = env_key;
-	if ((rc = cli_parse_options(&a, CLI_TABLE(serve_table), &p, serve_option)) == CLI_HELP)
-		serve_help();
-	if (rc)
-		return rc == CLI_HELP ? CLI_OK : rc;
+	if ((rc = cli_parse_options(&a, CLI_TABLE(serve_table), &p, serve_option)))
+		return cli_parse_end(rc, serve_help);
 	if (cli_kv_check(&a, &p.ep))
 		return CLI_USAGE;
 	if (p.kv_store)
