@@ -425,7 +425,7 @@ int tkv_seq_publish_prefix(struct tkv_seq *s, const int32_t *ids, size_t n, stru
  * the room above the governor's high mark. A larger chunk made the governor
  * lower every cap to make room for it (to its target, 0.775 of the pool,
  * less the chunk), evicting most of a short prompt at once under a small pool:
- * tierkv eval's pool rows at 1/8 of stories260K went from +9.0% to +6.4%
+ * tierkv eval's pool rows at 1/8 of stories260K went from +7.8% to +6.5%
  * perplexity with chunks cut to this room instead of the low mark. */
 static double chunk_room(const struct tkv_engine *e, size_t pool)
 {
