@@ -363,6 +363,29 @@ expect_error to 504
 expect_body to '"code":"timeout"'
 stop slow
 
+# a request waiting its turn sends nothing for longer than --idle-timeout (one
+# sequence at a time, two 4000-token generations ahead of it): the connection
+# stays open and the stream arrives whole
+start idle --idle-timeout 1 --max-seqs 1 -c 4096 --max-tokens 4000 -t 1
+URL=$idle_url
+jobs_=()
+for i in 1 2; do
+	post "il$i" /v1/completions '{"prompt":"Once","max_tokens":4000,"ignore_eos":true}' &
+	jobs_+=($!)
+done
+sleep 0.3
+post is /v1/completions '{"prompt":"Once","max_tokens":40,"ignore_eos":true,"stream":true}'
+wait "${jobs_[@]}"
+for i in 1 2; do
+	expect_code "il$i" 200
+	expect_body "il$i" '"completion_tokens":4000'
+done
+expect_code is 200
+expect_body is '"text":"[^"]'
+expect_body is '"finish_reason":"length"'
+expect_body is '^data: \[DONE\]$'
+stop idle
+
 # prefix sharing: requests with a common system prompt reuse its pages
 start pfx --prefix-cache on -t 2
 URL=$pfx_url

@@ -32,6 +32,8 @@ static void serve_help(void)
 	       "      --max-body SIZE   largest request body, e.g. 1M (default 1M; larger: 413)\n"
 	       "      --max-tokens N    largest max_tokens a request may ask for; also the default (4096)\n"
 	       "      --timeout S       seconds a request may take, queue included; 0 = none (600)\n"
+	       "      --idle-timeout S  seconds an idle connection stays open (60); a request waiting\n"
+	       "                        for its tokens is not idle\n"
 	       "      --max-preempt N   times a request may be preempted for KV memory before a 503 (3)\n"
 	       "      --kv-expect R     expected KV bytes per token over a full f16 token, for admission\n"
 	       "                        (default: from the policy's tiers)\n"
@@ -64,6 +66,7 @@ static const struct cli_opt serve_table[] = {
 	{ NULL, "--max-queue", SRV_OPT(CLI_OPT_INT, max_queue, 0, 1L << 20) },
 	{ NULL, "--max-tokens", SRV_OPT(CLI_OPT_INT, max_tokens, 1, 1L << 22) },
 	{ NULL, "--timeout", SRV_OPT(CLI_OPT_DOUBLE, timeout, 0, 1e7) },
+	{ NULL, "--idle-timeout", SRV_OPT(CLI_OPT_DOUBLE, idle_timeout, 1, 86400) },
 	{ NULL, "--max-preempt", SRV_OPT(CLI_OPT_INT, max_preempt, 0, 1000) },
 	{ NULL, "--kv-expect", SRV_OPT(CLI_OPT_DOUBLE, kv_expect, 0.01, 2) },
 	{ NULL, "--kv-store-password", SRV_OPT(CLI_OPT_STR, kv_store_password, 0, 0) },

@@ -33,8 +33,18 @@ struct http_conn {
 	struct srv_buf body;
 	size_t discarded;     /* bytes dropped past --max-body */
 	bool too_big, nomem, responded;
+	bool generating;      /* its request was queued: no idle timeout until it completes */
 	double t0;
 };
+
+/* The idle timeout MHD closes silent connections after. A connection whose
+ * request waits for tokens sends nothing while it is queued or prefilling (a
+ * long prompt behind others: minutes), so generate() lifts the timeout for it
+ * and http_completed() puts it back; the request's own --timeout still holds. */
+static unsigned idle_seconds(const struct srv *s)
+{
+	return s->p.idle_timeout >= 1 ? (unsigned)s->p.idle_timeout : 1;
+}
 
 /* The state of every request that came when there was no memory for its own:
  * it was answered 503 at once and the rest of it is dropped (never written). */
@@ -368,6 +378,8 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, struct 
 		srv_req_put(r);
 		return reply_error(s, c, &e);
 	}
+	hc->generating = true;
+	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
 	if (r->gen.stream) {
 		struct http_stream *st = tkv_calloc(s->alloc, 1, sizeof *st);
 		struct MHD_Response *resp;
@@ -586,10 +598,11 @@ static void http_completed(void *cls, struct MHD_Connection *c, void **con_cls, 
 	struct srv *s = cls;
 	struct http_conn *hc = *con_cls;
 
-	(void)c;
 	(void)toe;
 	if (!hc || hc == &oom_conn)
 		return;
+	if (hc->generating) /* the connection may carry a next request: idle again */
+		MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, idle_seconds(s));
 	srv_buf_free(&hc->body);
 	tkv_free(s->alloc, hc);
 	*con_cls = NULL;
@@ -626,7 +639,7 @@ int http_start(struct srv *s, struct srv_err *e)
 				    MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				    MHD_OPTION_NOTIFY_COMPLETED, http_completed, s,
 				    MHD_OPTION_CONNECTION_LIMIT, limit,
-				    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+				    MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds(s),
 				    MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20,
 				    MHD_OPTION_END);
 	freeaddrinfo(ai);

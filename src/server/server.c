@@ -18,6 +18,7 @@ struct srv_params srv_default_params(void)
 		.max_body = (size_t)1 << 20,
 		.max_tokens = 4096,
 		.timeout = 600,
+		.idle_timeout = 60,
 		.max_preempt = 3,
 		.ep = tkv_engine_default_params(),
 	};

@@ -30,6 +30,8 @@ struct srv_params {
 	size_t max_body;          /* request body bytes (1 MiB) */
 	int max_tokens;           /* max_tokens a request may ask for (4096) */
 	double timeout;           /* seconds a request may take, queue included; 0 = none (600) */
+	double idle_timeout;      /* seconds a connection may send nothing before it is closed,
+				     while no request of it is generating (60) */
 	int max_preempt;          /* times a request may be preempted before it fails (3) */
 	double kv_expect;         /* expected cache bytes per token / full f16; 0 = from the policy */
 	int verbose;              /* log every request on stderr */
