@@ -8,6 +8,11 @@ scripts/kvstore_soak.sh (standard library only).
   soak URL SECONDS CLIENTS         mixed load: streaming and plain completions and
                                    chats, malformed requests mixed in; prints counts
   metric URL NAME                  the value of a /metrics line starting with NAME
+  conc URL N LEN MAX_TOKENS VOCAB SEED
+                                   N concurrent streamed completions of LEN random
+                                   token ids below VOCAB each; prints one JSON object
+                                   with each request's ttft_s, total_s, chunks and the
+                                   wall time of the whole batch
 """
 import http.client
 import json
@@ -23,7 +28,7 @@ def conn(url):
     return http.client.HTTPConnection(u.hostname, u.port, timeout=600)
 
 
-def ttft(url, ids, max_tokens):
+def ttft(url, ids, max_tokens, chunks=None):
     c = conn(url)
     body = json.dumps({"prompt": ids, "max_tokens": max_tokens, "temperature": 0, "stream": True,
                        "ignore_eos": True})
@@ -46,6 +51,8 @@ def ttft(url, ids, max_tokens):
                 if first is None:
                     first = time.monotonic() - t0
                 text.append(ch["text"])
+    if chunks is not None:
+        chunks.append(len(text))
     return {"ttft_s": first if first is not None else time.monotonic() - t0, "total_s": time.monotonic() - t0, "text": "".join(text)}
 
 
@@ -119,6 +126,30 @@ def soak(url, seconds, clients):
     return counts
 
 
+def conc(url, n, length, max_tokens, vocab, seed):
+    rng = random.Random(seed)
+    prompts = [[rng.randint(3, vocab - 1) for _ in range(length)] for _ in range(n)]
+    res = [None] * n
+
+    def worker(i):
+        chunks = []
+        try:
+            r = ttft(url, prompts[i], max_tokens, chunks)
+            r.pop("text")
+            r["chunks"] = chunks[0]
+        except (OSError, http.client.HTTPException, SystemExit) as e:
+            r = {"error": str(e)[:200]}
+        res[i] = r
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return {"wall_s": time.monotonic() - t0, "requests": res}
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "ttft":
@@ -129,6 +160,9 @@ def main():
         print(json.dumps([rng.randint(300, 31000) for _ in range(int(sys.argv[2]))]))
     elif cmd == "soak":
         print(json.dumps(soak(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))))
+    elif cmd == "conc":
+        a = sys.argv[2:]
+        print(json.dumps(conc(a[0], int(a[1]), int(a[2]), int(a[3]), int(a[4]), int(a[5]))))
     elif cmd == "metric":
         v = metric(sys.argv[2], sys.argv[3])
         print("" if v is None else ("%d" % v if v == int(v) else v))
