@@ -6,7 +6,7 @@
 # prompt, length and per-sequence budget (the tiered cache at a quarter of the
 # f16 cache), and frees every byte it counted.
 set -u
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 src=${TIERKV_SRC:?} build=${TIERKV_BUILD:?}
 cc=${TIERKV_CC:-cc} san=${TIERKV_SAN_FLAGS:-}
 prefix=$tmp/prefix

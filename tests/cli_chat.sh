@@ -3,7 +3,7 @@
 # turns, Ctrl-C mid-reply, /stats, /reset, a forced template, Ctrl-C twice and
 # end of input), then piped input: binary bytes, invalid UTF-8 and an
 # over-long line get a message and the conversation goes on; usage errors.
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 
 python3 "$(dirname "$0")/chat_pty.py" "$bin" "$model" && ok || bad "chat through a pseudo-terminal"
 

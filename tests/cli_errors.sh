@@ -1,7 +1,7 @@
 #!/bin/bash
 # The CLI's contract on bad input: a clear message on stderr and exit code 2
 # for usage errors, 1 for runtime errors, never a crash (exit code >= 128).
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 
 # help and usage
 for c in run inspect tokenize; do

@@ -3,7 +3,7 @@
 # perplexity 0, KL 0, top-1 100%, generations identical); a capped policy
 # stays under its budget and writes its JSON and SVG; bad arguments are usage
 # errors.
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 text=$(dirname "$0")/../eval/texts/seed1.txt
 
 # has FILE FIELD VALUE: the JSON line of FILE's first row has "FIELD":VALUE

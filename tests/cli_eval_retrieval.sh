@@ -4,7 +4,7 @@
 # have every task, the full cache is row 0 at ratio 1, capped rows stay under
 # it, the same seed gives the same prompts and answers, and bad options are
 # usage errors (exit code 2).
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 kjv=$(dirname "$0")/../eval/kjv
 fill=(-f "$kjv/08_Ruth.txt" -f "$kjv/32_Jonah.txt" -f "$kjv/57_Phmn.txt")
 

@@ -21,7 +21,7 @@
 #     llama-perplexity -m /tmp/$s.gguf -f eval/kjv/57_Phmn.txt -c 64 -b 64 --chunks 1 \
 #       --kl-divergence-base tests/families/$s.kld; done
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/cli_lib.sh"
+. "$here/lib_cli.sh"
 vocab=${TIERKV_BUNDLED:?}/kjv-2048.gguf
 text=$here/../eval/kjv/57_Phmn.txt
 

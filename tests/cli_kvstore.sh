@@ -7,7 +7,7 @@
 # warning, metrics, reconnection), AUTH, and a replica stopped behind haproxy.
 # Skips (exit 77, loudly) without redis-server/haproxy or a tierkv built
 # without hiredis.
-source "$(dirname "$0")/cli_lib.sh"
+source "$(dirname "$0")/lib_cli.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 for cmd in redis-server redis-cli haproxy curl python3; do
 	if ! command -v $cmd >/dev/null; then

@@ -5,7 +5,7 @@
 # 77) when node or npm is missing; needs the npm registry for `npm ci`.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/cli_lib.sh"
+. "$here/lib_cli.sh"
 . "$here/../scripts/serve_lib.sh"
 src=$here/openai
 if ! command -v node >/dev/null || ! command -v npm >/dev/null || ! command -v curl >/dev/null; then

@@ -7,7 +7,7 @@
 # with SIGTERM and checks that they exit 0 (under ASan: without leaks).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/cli_lib.sh"
+. "$here/lib_cli.sh"
 . "$here/../scripts/serve_lib.sh"
 command -v curl >/dev/null || { echo "cli_server: curl is needed (apt-get install curl)"; exit 1; }
 pids=()

@@ -8,7 +8,7 @@
 # TIERKV_WEB_SCREENSHOT=FILE.png also saves a screenshot of the page.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/cli_lib.sh"
+. "$here/lib_cli.sh"
 . "$here/../scripts/serve_lib.sh"
 chromium=$(command -v chromium || command -v chromium-browser || true)
 driver=$(command -v chromedriver || true)

@@ -8,7 +8,7 @@
 # type tierkv does not compute (a q3_k file with one tensor relabelled iq3_s,
 # the same block bytes) is refused naming the tensor.
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/cli_lib.sh"
+. "$here/lib_cli.sh"
 vocab=${TIERKV_BUNDLED:?}/kjv-2048.gguf
 text=$here/../eval/kjv/57_Phmn.txt
 # relative perplexity difference allowed between the kernel sets: the weight

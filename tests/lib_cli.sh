@@ -1,4 +1,4 @@
-# cli_lib.sh - sourced by the CLI tests (tests/cli_*.sh, api_install.sh): the
+# lib_cli.sh - sourced by the CLI tests (tests/cli_*.sh, api_install.sh): the
 # binary, the model (the shared fixture, else the bundled copy), a scratch
 # directory, the pass/fail counters and expect.
 set -u
