@@ -397,6 +397,21 @@ static float iq4_fit(const float *x, int n, float d, uint8_t *q)
 	return err;
 }
 
+/* Scale d (rounded to f16 first with to_f16) tried for x[0..n): its indices
+ * in q, and d in *best if its error beats *best_err. */
+static void iq4_try(const float *x, int n, float d, int to_f16, uint8_t *q, float *best, float *best_err)
+{
+	float err;
+
+	if (to_f16)
+		d = F16(ops_f32_to_f16(d));
+	err = iq4_fit(x, n, d, q);
+	if (err < *best_err) {
+		*best_err = err;
+		*best = d;
+	}
+}
+
 /* The scale of n (<= 32) values on the iq4 grid: the value of largest
  * magnitude onto -127 (and a few scales around it), each refined by least
  * squares for its indices; the one with the smallest error. With to_f16
@@ -409,27 +424,14 @@ static float iq4_scale(const float *x, int n, int to_f16)
 	if (base == 0.0f)
 		return 0.0f;
 	for (int k = -4; k <= 4; k++) {
-		float d = base * (1.0f + 0.04f * (float)k), num = 0.0f, den = 0.0f, err;
+		float num = 0.0f, den = 0.0f;
 
-		if (to_f16)
-			d = F16(ops_f32_to_f16(d));
-		err = iq4_fit(x, n, d, q);
-		if (err < best_err) {
-			best_err = err;
-			best = d;
-		}
+		iq4_try(x, n, base * (1.0f + 0.04f * (float)k), to_f16, q, &best, &best_err);
 		for (int i = 0; i < n; i++) {
 			num += x[i] * (float)ops_iq4nl_values[q[i]];
 			den += (float)(ops_iq4nl_values[q[i]] * ops_iq4nl_values[q[i]]);
 		}
-		d = num / den;
-		if (to_f16)
-			d = F16(ops_f32_to_f16(d));
-		err = iq4_fit(x, n, d, q);
-		if (err < best_err) {
-			best_err = err;
-			best = d;
-		}
+		iq4_try(x, n, num / den, to_f16, q, &best, &best_err);
 	}
 	return best;
 }
