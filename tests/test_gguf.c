@@ -516,28 +516,25 @@ static void check_all_types(const uint8_t *buf, size_t len, uint32_t version, ui
 	assert_int_equal(atomic_load(&a.live), 0);
 }
 
-/* Every metadata type written as GGUF `version` with `align` and read back. */
-static void roundtrip(uint32_t version, uint32_t align)
-{
-	size_t len;
-	uint8_t *buf = build_all_types(version, align, &len);
+/* Every metadata type written as GGUF version v with alignment `align` (0:
+ * the default) and read back. */
+struct roundtrip_case {
+	uint32_t version, align;
+};
 
-	check_all_types(buf, len, version, align);
+static struct roundtrip_case ROUNDTRIPS[] = { { 3, 0 }, { 2, 64 }, { 3, 1 } };
+
+static void test_roundtrip(void **state)
+{
+	const struct roundtrip_case *c = *state;
+	size_t len;
+	uint8_t *buf = build_all_types(c->version, c->align, &len);
+
+	check_all_types(buf, len, c->version, c->align);
 	free(buf);
 }
 
-static void test_roundtrip_v3(void **state)
-{
-	(void)state;
-	roundtrip(3, 0);
-}
-
-static void test_roundtrip_v2_align64(void **state)
-{
-	(void)state;
-	roundtrip(2, 64);
-	roundtrip(3, 1);
-}
+#define ROUNDTRIP_TEST(name, k) { name, test_roundtrip, NULL, NULL, &ROUNDTRIPS[k] }
 
 /* Writes through a FILE* and reads back with gguf_open (mmap). */
 static void test_roundtrip_file(void **state)
@@ -1118,8 +1115,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stories260k),
 		cmocka_unit_test(test_vocab_files),
-		cmocka_unit_test(test_roundtrip_v3),
-		cmocka_unit_test(test_roundtrip_v2_align64),
+		ROUNDTRIP_TEST("test_roundtrip_v3", 0),
+		ROUNDTRIP_TEST("test_roundtrip_v2_align64", 1),
+		ROUNDTRIP_TEST("test_roundtrip_v3_align1", 2),
 		cmocka_unit_test(test_roundtrip_file),
 		cmocka_unit_test(test_writer_errors),
 		cmocka_unit_test(test_truncate_synthetic),

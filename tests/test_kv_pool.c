@@ -2014,24 +2014,23 @@ out:
 	assert_true(n_failures > 40);
 }
 
+/* The fault sweeps: persistent or one-shot failures (fail_count), without or
+ * with a budget (in pages). */
+struct sweep_case {
+	unsigned long long fail_count;
+	size_t budget_pages;
+};
+
+static struct sweep_case SWEEPS[] = { { 0, 0 }, { 0, 1000 }, { 1, 0 } };
+
 static void test_fault_sweep(void **state)
 {
-	(void)state;
-	run_fault_sweep(0, 0);
+	const struct sweep_case *c = *state;
+
+	run_fault_sweep(c->fail_count, c->budget_pages);
 }
 
-static void test_fault_sweep_budget(void **state)
-{
-	(void)state;
-	run_fault_sweep(0, 1000);
-}
-
-static void test_fault_sweep_transient(void **state)
-{
-	(void)state;
-	run_fault_sweep(1, 0);
-}
-
+#define SWEEP_TEST(name, k) { name, test_fault_sweep, NULL, NULL, &SWEEPS[k] }
 
 int main(void)
 {
@@ -2058,9 +2057,9 @@ int main(void)
 		RANDOM_TEST("f32", 1),
 		RANDOM_TEST("tight", 2),
 		RANDOM_TEST("unlimited", 3),
-		cmocka_unit_test(test_fault_sweep),
-		cmocka_unit_test(test_fault_sweep_budget),
-		cmocka_unit_test(test_fault_sweep_transient),
+		SWEEP_TEST("test_fault_sweep", 0),
+		SWEEP_TEST("test_fault_sweep_budget", 1),
+		SWEEP_TEST("test_fault_sweep_transient", 2),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
