@@ -367,85 +367,82 @@ void quant_act_q8_k32_avx2(const float *x, void *out, int64_t n)
 		}                                                                                 \
 	}
 
-/* q4_0: sum over blocks of dw dy sum((q - 8) y). The -8 comes off in int32
- * as 8 sum(y) per lane group, computed once per block for all rows. Even and
- * odd blocks go to two accumulators: one would make every block wait for the
- * previous block's FMA (4 cycles), which bounds a single row's speed. */
-static inline __attribute__((always_inline)) void q4_0_rows(int64_t n, const void *w, size_t ws, int nr,
-							    const void *a, float *s)
-{
-	const struct blk_q8_32 *y = a;
-	const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
-	const struct blk_q4_0 *b[OPS_DOT_ROWS];
-	__m256 acc[OPS_DOT_ROWS][2];
-	int64_t nb = n / QK4_0;
+/* Row dots of blocks of 32 (BLK) against OPS_ACT_Q8_32 for nr rows at once:
+ * PRE(yq) is what every row needs of a block's activations (computed once),
+ * DOT(w, yq, pre) a row's int32 lanes against that block. Even and odd blocks
+ * go to two accumulators: one would make every block wait for the previous
+ * block's FMA (4 cycles), which bounds a single row's speed; u (0 or 1) is a
+ * constant after unrolling, so acc stays in registers. */
+#define Q8_32_ROWS(NAME, BLK, PRE, DOT)                                                                       \
+	static inline __attribute__((always_inline)) void NAME(int64_t n, const void *w, size_t ws, int nr,   \
+							       const void *a, float *s)                      \
+	{                                                                                                     \
+		const struct blk_q8_32 *y = a;                                                                \
+		const __m256i ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);                      \
+		const struct BLK *b[OPS_DOT_ROWS];                                                            \
+		__m256 acc[OPS_DOT_ROWS][2];                                                                  \
+		int64_t nb = n / 32;                                                                          \
+		for (int r = 0; r < nr; r++) {                                                                \
+			b[r] = row_at(w, ws, r);                                                              \
+			acc[r][0] = acc[r][1] = _mm256_setzero_ps();                                          \
+		}                                                                                             \
+		for (int64_t i = 0; i + 1 < nb; i += 2) {                                                     \
+			Q8_32_BLOCK(PRE, DOT, i, 0);                                                          \
+			Q8_32_BLOCK(PRE, DOT, i + 1, 1);                                                      \
+		}                                                                                             \
+		if (nb & 1)                                                                                   \
+			Q8_32_BLOCK(PRE, DOT, nb - 1, 0);                                                     \
+		for (int r = 0; r < nr; r++)                                                                  \
+			s[r] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));                                  \
+		(void)eights;                                                                                 \
+	}
 
-	for (int r = 0; r < nr; r++) {
-		b[r] = row_at(w, ws, r);
-		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-	}
-	/* u (0 or 1) is a constant after unrolling, so acc stays in registers */
-#define Q4_0_BLOCK(i, u)                                                                                   \
-	do {                                                                                               \
-		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);                                 \
-		__m256i y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, yq), ones);                    \
-		for (int r = 0; r < nr; r++) {                                                             \
-			__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(b[r][i].qs), yq), ones); \
-			p = _mm256_sub_epi32(p, y8);                                                       \
-			acc[r][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                 \
-						    _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r][u]);   \
-		}                                                                                          \
+#define Q8_32_BLOCK(PRE, DOT, i, u)                                                                   \
+	do {                                                                                          \
+		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs), pre = PRE(yq, ones, eights); \
+		for (int r = 0; r < nr; r++) {                                                        \
+			__m256i p = DOT(&b[r][i], yq, pre, ones);                                     \
+			acc[r][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                            \
+						    _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r][u]); \
+		}                                                                                     \
 	} while (0)
-	for (int64_t i = 0; i + 1 < nb; i += 2) {
-		Q4_0_BLOCK(i, 0);
-		Q4_0_BLOCK(i + 1, 1);
-	}
-	if (nb & 1)
-		Q4_0_BLOCK(nb - 1, 0);
-#undef Q4_0_BLOCK
-	for (int r = 0; r < nr; r++)
-		s[r] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
+
+/* q4_0: sum over blocks of dw dy sum((q - 8) y). The -8 comes off in int32
+ * as 8 sum(y) per lane group, computed once per block for all rows. */
+static inline __m256i q4_0_pre(__m256i yq, __m256i ones, __m256i eights)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(eights, yq), ones);
 }
+
+static inline __m256i q4_0_dot(const struct blk_q4_0 *b, __m256i yq, __m256i y8, __m256i ones)
+{
+	__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(b->qs), yq), ones);
+
+	return _mm256_sub_epi32(p, y8);
+}
+
+/* q8_0: signed times signed through |w| and y with w's sign. */
+static inline __m256i q8_0_pre(__m256i yq, __m256i ones, __m256i eights)
+{
+	(void)ones;
+	(void)eights;
+	return yq;
+}
+
+static inline __m256i q8_0_dot(const struct blk_q8_0 *b, __m256i yq, __m256i unused, __m256i ones)
+{
+	__m256i wq = _mm256_loadu_si256((const __m256i *)b->qs);
+
+	(void)unused;
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(yq, wq)), ones);
+}
+
+Q8_32_ROWS(q4_0_rows, blk_q4_0, q4_0_pre, q4_0_dot)
+Q8_32_ROWS(q8_0_rows, blk_q8_0, q8_0_pre, q8_0_dot)
+#undef Q8_32_BLOCK
+#undef Q8_32_ROWS
 
 DOT_ROWS_DISPATCH(dot_rows_q4_0_avx2, q4_0_rows)
-
-/* q8_0: signed times signed through |w| and y with w's sign; two
- * accumulators as in q4_0. */
-static inline __attribute__((always_inline)) void q8_0_rows(int64_t n, const void *w, size_t ws, int nr,
-							    const void *a, float *s)
-{
-	const struct blk_q8_32 *y = a;
-	const __m256i ones = _mm256_set1_epi16(1);
-	const struct blk_q8_0 *b[OPS_DOT_ROWS];
-	__m256 acc[OPS_DOT_ROWS][2];
-	int64_t nb = n / QK8_0;
-
-	for (int r = 0; r < nr; r++) {
-		b[r] = row_at(w, ws, r);
-		acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-	}
-#define Q8_0_BLOCK(i, u)                                                                                   \
-	do {                                                                                               \
-		__m256i yq = _mm256_loadu_si256((const __m256i *)y[i].qs);                                 \
-		for (int r = 0; r < nr; r++) {                                                             \
-			__m256i wq = _mm256_loadu_si256((const __m256i *)b[r][i].qs);                      \
-			__m256i p = _mm256_madd_epi16(                                                     \
-				_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(yq, wq)), ones); \
-			acc[r][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),                                 \
-						    _mm256_set1_ps(f16(b[r][i].d) * y[i].d), acc[r][u]);   \
-		}                                                                                          \
-	} while (0)
-	for (int64_t i = 0; i + 1 < nb; i += 2) {
-		Q8_0_BLOCK(i, 0);
-		Q8_0_BLOCK(i + 1, 1);
-	}
-	if (nb & 1)
-		Q8_0_BLOCK(nb - 1, 0);
-#undef Q8_0_BLOCK
-	for (int r = 0; r < nr; r++)
-		s[r] = hsum_ps(_mm256_add_ps(acc[r][0], acc[r][1]));
-}
-
 DOT_ROWS_DISPATCH(dot_rows_q8_0_avx2, q8_0_rows)
 
 /* The 8 scales and 8 mins of a q4_k/q5_k block as bytes: sc in the low 8,
