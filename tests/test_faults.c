@@ -106,6 +106,8 @@ static struct tkv_engine_params base_params(void)
 	ep.n_ctx = 256;
 	ep.kv_mem = 0;
 	ep.kv.policy = TKV_POLICY_TIERED;
+	ep.kv.n_window = 4;  /* a short window and 2 sinks: short sequences already evict */
+	ep.kv.n_sink = 2;
 	return ep;
 }
 
@@ -146,17 +148,19 @@ static int generate(struct run *r, struct tkv_alloc *a, struct tkv_seq *s, const
 	return st;
 }
 
-/* Two sequences on the loaded engine, prompts of plen tokens (<= 16) from
- * seeds seed0 and seed0 + 1, then `turns` greedy tokens each, decoded in
- * turns; marks after every call. */
-static int two_in_turns(struct run *r, struct tkv_alloc *a, size_t plen, uint32_t seed0, int turns,
-			struct tkv_error *err)
+/* The engine of params ep, then two sequences: prompts of plen tokens (<= 16)
+ * from seeds seed0 and seed0 + 1, then `turns` greedy tokens each, decoded
+ * in turns; marks after every call. */
+static int two_in_turns(struct run *r, struct tkv_alloc *a, struct tkv_engine_params *ep, size_t plen,
+			uint32_t seed0, int turns, struct tkv_error *err)
 {
 	float logits[2][N_VOCAB];
 	int32_t ids[2][16], next[2];
 	int st;
 
 	assert_true(plen <= 16);
+	if ((st = load(r, a, ep, err)))
+		return st;
 	for (int i = 0; i < 2; i++) {
 		prompt(ids[i], plen, seed0 + (uint32_t)i);
 		if ((st = tkv_seq_init(&r->s[i], r->e, err)) ||
@@ -181,14 +185,9 @@ static int two_in_turns(struct run *r, struct tkv_alloc *a, size_t plen, uint32_
 static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct tkv_engine_params ep = base_params();
-	int st;
 
 	ep.kv.seq_budget = 12 * 640;
-	ep.kv.n_window = 4;
-	ep.kv.n_sink = 2;
-	if ((st = load(r, a, &ep, err)))
-		return st;
-	return two_in_turns(r, a, 12, 0, 10, err);
+	return two_in_turns(r, a, &ep, 12, 0, 10, err);
 }
 
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
@@ -196,15 +195,10 @@ static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 {
 	struct tkv_engine_params ep = base_params();
-	int st;
 
 	ep.n_threads = 2;
 	ep.kv_mem = 30 << 10;
-	ep.kv.n_window = 4;
-	ep.kv.n_sink = 2;
-	if ((st = load(r, a, &ep, err)))
-		return st;
-	return two_in_turns(r, a, 8, 10, 14, err);
+	return two_in_turns(r, a, &ep, 8, 10, 14, err);
 }
 
 /* Continuous batching: three sequences through tkv_engine_step (up to 8
@@ -223,8 +217,6 @@ static int sc_step(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	ep.kv.policy = TKV_POLICY_ADAPTIVE;
 	ep.kv_mem = 44 << 10;
 	ep.kv.seq_budget = 16 * 640;
-	ep.kv.n_window = 4;
-	ep.kv.n_sink = 2;
 	if ((st = load(r, a, &ep, err)))
 		return st;
 	for (int i = 0; i < 3; i++) {
@@ -280,8 +272,6 @@ static int sc_prefix(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	ep.prefix_cache = 1;
 	ep.page_tokens = 8;
 	ep.kv_mem = 56 << 10;
-	ep.kv.n_window = 4;
-	ep.kv.n_sink = 2;
 	if ((st = load(r, a, &ep, err)))
 		return st;
 	prompt(ids, 28, 30);

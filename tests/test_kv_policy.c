@@ -1226,6 +1226,22 @@ static void test_completion_off(void **state)
  * point away: with the policy's skip margin the cold page is skipped
  * (pages_skipped grows) and the output stays within the bound above of the
  * unskipped one. A cold page whose bound comes near the max is read. */
+/* A q4 page of 64 slots holding n keys and values (model space) at
+ * positions pos[], added to stream st. */
+static void add_q4_page(struct kv_pool *pool, struct kv_seq *s, struct kv_stream *st, uint32_t d, const float *K,
+			const float *V, const int32_t *pos, uint32_t n)
+{
+	int why;
+	struct kv_page *pg = kv_pool_get(pool, d, KV_FMT_Q4, 64, &why);
+
+	assert_non_null(pg);
+	kv_tier_pack(KV_FMT_Q4, pg->k, pg->v, 64, d, K, V, n);
+	for (uint32_t t = 0; t < n; t++)
+		kv_slot_set_pos(pg, t, pos[t]);
+	assert_int_equal(kv_stream_add_page(s, st, pg), TKV_OK);
+	kv_stream_set_used(s, st, pg, n);
+}
+
 static void cold_skip_case(uint32_t d)
 {
 	const uint32_t nq = 2;
@@ -1240,7 +1256,6 @@ static void cold_skip_case(uint32_t d)
 	float q[2 * 64], out0[2 * 64], out1[2 * 64], logit[2 * 128], qrot[2 * 64], orot[2 * 64], att0[128], att1[128];
 	float u[64];
 	double maxv = 0.0;
-	int why;
 
 	assert_int_equal(kv_cfg_init(&c, &p, d, nq, KV_FMT_F16, 16, NULL), TKV_OK);
 	assert_true(c.skip > 0.0f);
@@ -1278,16 +1293,7 @@ static void cold_skip_case(uint32_t d)
 		}
 		pos[t] = (int32_t)t;
 	}
-	{
-		struct kv_page *pg = kv_pool_get(pool, d, KV_FMT_Q4, 64, &why);
-
-		assert_non_null(pg);
-		kv_tier_pack(KV_FMT_Q4, pg->k, pg->v, 64, d, K, V, 40);
-		for (uint32_t t = 0; t < 40; t++)
-			kv_slot_set_pos(pg, t, pos[t]);
-		assert_int_equal(kv_stream_add_page(s, st, pg), TKV_OK);
-		kv_stream_set_used(s, st, pg, 40);
-	}
+	add_q4_page(pool, s, st, d, K, V, pos, 40);
 	for (uint32_t i = 0; i < d; i++)
 		q[i] = q[d + i] = 4.0f * u[i] + 0.05f * tu_rng_gauss();
 	/* q·k ~ 40 on the hot page, ~ -40 on the cold one: logits ±10 at scale 1/4 */
@@ -1315,7 +1321,6 @@ static void cold_skip_case(uint32_t d)
 	}
 	/* a near cold page: never skipped, the outputs identical either way */
 	{
-		struct kv_page *pg = kv_pool_get(pool, d, KV_FMT_Q4, 64, &why);
 		struct kv_attn_args a = {
 			.q = q, .nq = nq, .qpos = 1000, .scale = 0.25f, .skip = c.skip, .logit = logit, .qrot = qrot,
 			.orot = orot, .att = att1, .out = out1,
@@ -1328,12 +1333,7 @@ static void cold_skip_case(uint32_t d)
 				K[t * d + i] = 9.0f * u[i] + 0.1f * tu_rng_gauss();
 			pos[t] = (int32_t)(50 + t);
 		}
-		assert_non_null(pg);
-		kv_tier_pack(KV_FMT_Q4, pg->k, pg->v, 64, d, K, V, 8);
-		for (uint32_t t = 0; t < 8; t++)
-			kv_slot_set_pos(pg, t, pos[t]);
-		assert_int_equal(kv_stream_add_page(s, st, pg), TKV_OK);
-		kv_stream_set_used(s, st, pg, 8);
+		add_q4_page(pool, s, st, d, K, V, pos, 8);
 		kv_attn(st, d, &a);
 		assert_int_equal(st->pages_skipped, sk0 + 1); /* the far one still */
 		a.skip = 0.0f;
