@@ -231,11 +231,33 @@ static void test_ref_format(void **state)
 	assert_true(isinf(lo[0]) && lo[0] < 0 && isinf(hi[0]) && hi[0] > 0);
 }
 
+/* A pool without a budget and one sequence of it (sharing at cosine 0.9),
+ * counted by their own allocator. */
+struct share_fx {
+	struct tkv_alloc al;
+	struct kv_pool *pool;
+	struct kv_seq *s;
+};
+
+static struct kv_seq *fx_open(struct share_fx *f)
+{
+	memset(f, 0, sizeof *f);
+	f->pool = make_pool(0, &f->al);
+	f->s = make_seq(f->pool, &f->al, 0.9f);
+	return f->s;
+}
+
+static void fx_close(struct share_fx *f)
+{
+	kv_seq_free(f->s);
+	kv_pool_free(f->pool);
+	assert_int_equal(f->al.live, 0);
+}
+
 static void test_append_rules(void **state)
 {
-	struct tkv_alloc al = { 0 };
-	struct kv_pool *pool = make_pool(0, &al);
-	struct kv_seq *s = make_seq(pool, &al, 0.9f);
+	struct share_fx f;
+	struct kv_seq *s = fx_open(&f);
 	struct tkv_error err = { 0 };
 	float k[D], v[D], kneg[D], kort[D] = { 0 };
 
@@ -260,16 +282,13 @@ static void test_append_rules(void **state)
 	assert_false(kv_seq_append_shared(s, 1, 0, 5, k, v, k, v));        /* off */
 	assert_int_equal(ref_slots(&s->streams[1]), 1);
 	assert_int_equal(s->streams[1].n_tokens, 6);
-	kv_seq_free(s);
-	kv_pool_free(pool);
-	assert_int_equal(al.live, 0);
+	fx_close(&f);
 }
 
 static void test_attention_and_orphans(void **state)
 {
-	struct tkv_alloc al = { 0 };
-	struct kv_pool *pool = make_pool(0, &al);
-	struct kv_seq *s = make_seq(pool, &al, 0.9f);
+	struct share_fx f;
+	struct kv_seq *s = fx_open(&f);
 	struct kv_stream *st0 = &s->streams[0], *st1 = &s->streams[1];
 	size_t n_ref;
 
@@ -289,9 +308,7 @@ static void test_attention_and_orphans(void **state)
 				break;
 			}
 	check_attention(s, 10);
-	kv_seq_free(s);
-	kv_pool_free(pool);
-	assert_int_equal(al.live, 0);
+	fx_close(&f);
 }
 
 /* The tiered policy under a budget evicts and demotes around shared slots:
@@ -299,9 +316,8 @@ static void test_attention_and_orphans(void **state)
  * stream's byte count stays exact. */
 static void test_policy_keeps_scales(void **state)
 {
-	struct tkv_alloc al = { 0 };
-	struct kv_pool *pool = make_pool(0, &al);
-	struct kv_seq *s = make_seq(pool, &al, 0.9f);
+	struct share_fx f;
+	struct kv_seq *s = fx_open(&f);
 	struct kv_stream *st1 = &s->streams[1];
 	struct tkv_kv_policy_params pp = tkv_kv_policy_default_params();
 	struct kv_cfg c;
@@ -336,9 +352,7 @@ static void test_policy_keeps_scales(void **state)
 	assert_int_equal(bytes, st1->kv_bytes);
 	assert_true(ref_slots(st1) > 0);
 	check_attention(s, -1);
-	kv_seq_free(s);
-	kv_pool_free(pool);
-	assert_int_equal(al.live, 0);
+	fx_close(&f);
 }
 
 /* Through the engine on stories260K: sharing at a loose cosine stores some
