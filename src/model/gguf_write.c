@@ -615,16 +615,25 @@ int gguf_w_start_mem(struct gguf_w *w)
 	return gguf_w_start(w);
 }
 
+/* 0 in the data phase; else the writer's error, or (recorded) that `what`
+ * came before the header or, after the data, `late`. */
+static int gguf_w_in_data(struct gguf_w *w, const char *what, const char *late)
+{
+	if (w->err.status)
+		return w->err.status;
+	if (w->state != GGUF_W_DATA)
+		return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: %s %s", what,
+				   w->state == GGUF_W_ADDING ? "before the header" : late);
+	return TKV_OK;
+}
+
 int gguf_w_write(struct gguf_w *w, const void *data, size_t n)
 {
 	const uint8_t *p = data;
 	int rc;
 
-	if (w->err.status)
-		return w->err.status;
-	if (w->state != GGUF_W_DATA)
-		return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: tensor data written %s",
-				   w->state == GGUF_W_ADDING ? "before the header" : "after finish");
+	if ((rc = gguf_w_in_data(w, "tensor data written", "after finish")))
+		return rc;
 	while (n) {
 		struct gguf_w_tensor *t;
 		uint64_t chunk;
@@ -658,11 +667,8 @@ int gguf_w_finish(struct gguf_w *w)
 {
 	int rc;
 
-	if (w->err.status)
-		return w->err.status;
-	if (w->state != GGUF_W_DATA)
-		return gguf_w_fail(w, TKV_ERR_ARG, "gguf writer: finish %s",
-				   w->state == GGUF_W_ADDING ? "before the header" : "called twice");
+	if ((rc = gguf_w_in_data(w, "finish", "called twice")))
+		return rc;
 	if (w->cur < w->n_t)
 		return gguf_w_fail(w, TKV_ERR_ARG,
 				   "gguf writer: tensor '%s' (#%llu): %llu of %llu bytes written",
