@@ -916,55 +916,48 @@ static int gguf_type_err(const struct gguf_file *f, const struct gguf_kv *kv, co
 			want);
 }
 
-/* Integer value of kv within [lo, hi] (hi as uint64, lo as int64). */
+/* The integer value of key within [lo, hi] (hi as uint64, lo as int64), as
+ * the bits of an int64 or uint64 in *v (a cast gives the value); *v is left
+ * alone on error. */
 static int gguf_get_int(const struct gguf_file *f, const char *key, int64_t lo, uint64_t hi,
-			const char *want, const struct gguf_kv **kvp, struct tkv_error *err)
+			const char *want, uint64_t *v, struct tkv_error *err)
 {
 	const struct gguf_kv *kv;
 	int rc = gguf_get_kv(f, key, &kv, err);
 
 	if (rc)
 		return rc;
-	*kvp = kv;
-	if (gguf_is_unsigned(kv->type) && kv->v.u64 <= hi)
+	if ((gguf_is_unsigned(kv->type) && kv->v.u64 <= hi) ||
+	    (gguf_is_signed(kv->type) && kv->v.i64 >= lo && (kv->v.i64 < 0 || (uint64_t)kv->v.i64 <= hi))) {
+		*v = gguf_is_signed(kv->type) ? (uint64_t)kv->v.i64 : kv->v.u64;
 		return TKV_OK;
-	if (gguf_is_signed(kv->type) && kv->v.i64 >= lo &&
-	    (kv->v.i64 < 0 || (uint64_t)kv->v.i64 <= hi))
-		return TKV_OK;
+	}
 	return gguf_type_err(f, kv, key, want, err);
 }
 
 int gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out, struct tkv_error *err)
 {
-	const struct gguf_kv *kv;
-	int rc = gguf_get_int(f, key, 0, UINT32_MAX, "uint32", &kv, err);
+	uint64_t v = 0;
+	int rc = gguf_get_int(f, key, 0, UINT32_MAX, "uint32", &v, err);
 
-	if (rc)
-		return rc;
-	*out = (uint32_t)(gguf_is_signed(kv->type) ? (uint64_t)kv->v.i64 : kv->v.u64);
-	return TKV_OK;
+	if (!rc)
+		*out = (uint32_t)v;
+	return rc;
 }
 
 int gguf_get_u64(const struct gguf_file *f, const char *key, uint64_t *out, struct tkv_error *err)
 {
-	const struct gguf_kv *kv;
-	int rc = gguf_get_int(f, key, 0, UINT64_MAX, "uint64", &kv, err);
-
-	if (rc)
-		return rc;
-	*out = gguf_is_signed(kv->type) ? (uint64_t)kv->v.i64 : kv->v.u64;
-	return TKV_OK;
+	return gguf_get_int(f, key, 0, UINT64_MAX, "uint64", out, err);
 }
 
 int gguf_get_i32(const struct gguf_file *f, const char *key, int32_t *out, struct tkv_error *err)
 {
-	const struct gguf_kv *kv;
-	int rc = gguf_get_int(f, key, INT32_MIN, INT32_MAX, "int32", &kv, err);
+	uint64_t v = 0;
+	int rc = gguf_get_int(f, key, INT32_MIN, INT32_MAX, "int32", &v, err);
 
-	if (rc)
-		return rc;
-	*out = (int32_t)(gguf_is_signed(kv->type) ? kv->v.i64 : (int64_t)kv->v.u64);
-	return TKV_OK;
+	if (!rc)
+		*out = (int32_t)(int64_t)v;
+	return rc;
 }
 
 int gguf_get_f32(const struct gguf_file *f, const char *key, float *out, struct tkv_error *err)
