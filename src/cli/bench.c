@@ -555,8 +555,8 @@ static void bench_print_table(const struct bench_ctx *x)
 		if (r->pages_read + r->pages_skipped > 0)
 			snprintf(skip, sizeof skip, "%.0f%%",
 				 100.0 * (double)r->pages_skipped / (double)(r->pages_read + r->pages_skipped));
-		printf("| llama %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
-		       x->info.name[0] ? x->info.name : "?", x->type_name, cli_fmt_bytes(size, sizeof size, (double)x->fbytes),
+		printf("| %s %s %s | %s | %s | %ld | %s | %g | %s | %.2f ± %.2f | %s | %s | %s | %.0f%% | %s | %s |\n",
+		       x->info.arch[0] ? x->info.arch : "?", x->info.name[0] ? x->info.name : "?", x->type_name, cli_fmt_bytes(size, sizeof size, (double)x->fbytes),
 		       tkv_kernel_level(), o->threads, tkv_policy_name(r->policy), r->budget, r->test, r->mean, r->sd,
 		       lim, frac, cli_fmt_bytes(kv, sizeof kv, r->kv_bytes),
 		       r->kv_full > 0 ? 100.0 * r->kv_bytes / r->kv_full : 0.0, skip,
