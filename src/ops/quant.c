@@ -135,8 +135,9 @@ static inline float f16_round(float v)
 	return ops_f16_to_f32(ops_f32_to_f16(v));
 }
 
-/* Blocks of 32 with d = amax / 127 (to f16 when `half`) and the sum of q. */
-static void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int half)
+/* Blocks of 32 with d = amax / 127 in f16 and s = d x the sum of q: from the
+ * f16 d (q8_0), or from the exact d, rounded to f16 itself (q8_1). */
+static void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int q8_1)
 {
 	for (int64_t i = 0; i < n / 32; i++, x += 32) {
 		float amax = 0.0f, id;
@@ -151,23 +152,19 @@ static void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int h
 			b[i].qs[j] = (int8_t)q;
 			sum += q;
 		}
-		b[i].d = half ? f16_round(amax / 127.0f) : amax / 127.0f;
-		b[i].s = half ? b[i].d * (float)sum : f16_round(amax / 127.0f * (float)sum);
+		b[i].d = f16_round(amax / 127.0f);
+		b[i].s = q8_1 ? f16_round(amax / 127.0f * (float)sum) : b[i].d * (float)sum;
 	}
 }
 
 void quant_act_q8_32_ref(const float *x, void *out, int64_t n)
 {
-	quant_blocks32(x, out, n, 1);
+	quant_blocks32(x, out, n, 0);
 }
 
 void quant_act_q8_1_ref(const float *x, void *out, int64_t n)
 {
-	struct blk_q8_32 *b = out;
-
-	quant_blocks32(x, out, n, 0);
-	for (int64_t i = 0; i < n / 32; i++)
-		b[i].d = f16_round(b[i].d);
+	quant_blocks32(x, out, n, 1);
 }
 
 void quant_act_q8_256_ref(const float *x, void *out, int64_t n)

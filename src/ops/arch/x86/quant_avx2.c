@@ -283,9 +283,9 @@ static inline float f16_round(float v)
 	return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-/* Blocks of 32 (see quant_act_q8_32_ref): d = amax / 127 to f16 when `half`,
- * else s rounded to f16 (and d by the caller). */
-static inline void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int half)
+/* Blocks of 32 as quant.c's quant_blocks32: d = amax / 127 in f16, s from the
+ * f16 d (q8_0) or from the exact d and rounded to f16 (q8_1). */
+static inline void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n, int q8_1)
 {
 	for (int64_t i = 0; i < n / 32; i++, x += 32) {
 		float amax = amax_ps(x, 32);
@@ -293,23 +293,19 @@ static inline void quant_blocks32(const float *x, struct blk_q8_32 *b, int64_t n
 		int s0, s1;
 
 		_mm256_storeu_si256((__m256i *)b[i].qs, round32(x, _mm256_set1_ps(id), &s0, &s1));
-		b[i].d = half ? f16_round(amax / 127.0f) : amax / 127.0f;
-		b[i].s = half ? b[i].d * (float)(s0 + s1) : f16_round(amax / 127.0f * (float)(s0 + s1));
+		b[i].d = f16_round(amax / 127.0f);
+		b[i].s = q8_1 ? f16_round(amax / 127.0f * (float)(s0 + s1)) : b[i].d * (float)(s0 + s1);
 	}
 }
 
 void quant_act_q8_32_avx2(const float *x, void *out, int64_t n)
 {
-	quant_blocks32(x, out, n, 1);
+	quant_blocks32(x, out, n, 0);
 }
 
 void quant_act_q8_1_avx2(const float *x, void *out, int64_t n)
 {
-	struct blk_q8_32 *b = out;
-
-	quant_blocks32(x, out, n, 0);
-	for (int64_t i = 0; i < n / 32; i++)
-		b[i].d = f16_round(b[i].d);
+	quant_blocks32(x, out, n, 1);
 }
 
 void quant_act_q8_256_avx2(const float *x, void *out, int64_t n)
