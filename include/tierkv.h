@@ -166,6 +166,9 @@ struct tkv_model_info {
 	uint32_t n_swa_layers;   /* layers that slide (the others attend to everything) */
 	float attn_softcap;      /* attention logit soft-cap (Gemma 2), 0 = none */
 	float final_softcap;     /* output logit soft-cap, 0 = none */
+	uint32_t n_expert;       /* routed experts per layer (mixture of experts), 0 = dense */
+	uint32_t n_expert_used;  /* experts each token takes */
+	uint32_t n_ff_exp;       /* an expert's feed-forward width */
 };
 
 struct tkv_model_params tkv_model_default_params(void);
@@ -205,11 +208,13 @@ struct tkv_weight_span {
 	size_t bytes;
 };
 /* The weight matrices one decoded token streams through: each layer's seven
- * (q, k, v, o, gate, up, down) in order, then the output matrix. Writes up to
+ * (q, k, v, o, gate, up, down; in a layer of routed experts gate, up and down
+ * are the stacks of all its experts) in order, then the output matrix. Writes up to
  * cap spans to out (may be NULL when cap is 0) and returns how many there are
  * (7 n_layer + 1). */
 size_t tkv_model_weight_spans(const struct tkv_model *m, struct tkv_weight_span *out, size_t cap);
-/* Bytes of weights one decoded token reads: every matrix, the norms and one
+/* Bytes of weights one decoded token reads: every matrix (of a layer of
+ * experts the router and expert_used_count experts' share), the norms and one
  * row of the token embedding. */
 uint64_t tkv_model_token_weight_bytes(const struct tkv_model *m);
 /* Bytes of all tensor data in the model's file. */

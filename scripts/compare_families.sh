@@ -18,7 +18,9 @@
 #
 #   scripts/compare_families.sh [SHAPE ...]
 #
-# SHAPE is a gen-model shape (default: one per family, below). Environment:
+# SHAPE is a gen-model shape (default: one per family, below; the
+# mixture-of-experts shapes qwen3-30b-a3b, 6.1 GB of f16 at 4 layers, and
+# mixtral-mini among them). Environment:
 # LLAMACPP (the bin directory, default ../llamacpp/build/bin), TIERKV
 # (build/tierkv), FLOOR (1: the llama.cpp -fa off run; 0: not), BATCHES (tierkv's -b for each run, default "64 1": batched
 # prefill and one token a call), THREADS (2), LAYERS (4), CTX (1026: 512 scored positions,
@@ -39,7 +41,7 @@ out=${OUT:-/tmp/tierkv-families}
 
 # shape:vocabulary (the shapes' own, or the nearest in ../shared/vocab: see docs/architecture.md)
 all="qwen2.5-0.5b:qwen2 qwen3-0.6b:qwen2 gemma2-2b:gemma-4 gemma3-1b:gemma-4 phi3-mini:phi-3
-phi4-mini:qwen2 mistral-7b:llama-spm llama3.2-1b:llama-bpe"
+phi4-mini:qwen2 mistral-7b:llama-spm llama3.2-1b:llama-bpe qwen3-30b-a3b:qwen2 mixtral-mini:llama-spm"
 if [ $# -gt 0 ]; then
 	want=" $* "
 	list=""
@@ -88,7 +90,7 @@ for sv in $list; do
 			python3 - "$out/$name-b$b.json" "$shape" "$name" "${ppl:--}" "$b" "$floor" >> "$out/table.md" <<'PY' || fail=1
 import json, sys
 r = json.load(open(sys.argv[1]))
-arch = {"qwen2.5": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3", "phi3": "phi3",
+arch = {"qwen2.5": "qwen2", "qwen3-30b": "qwen3moe", "mixtral": "llama (Mixtral experts)", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3", "phi3": "phi3",
         "phi4": "phi3", "mistral": "llama (sliding window)", "llama3.2": "llama"}
 fam = next(v for k, v in arch.items() if sys.argv[2].startswith(k))
 w = "Q4_K_M" if sys.argv[3].endswith("q4_k_m") else "f16"

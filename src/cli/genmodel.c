@@ -47,6 +47,10 @@ struct gm_shape {
 	uint32_t flags;          /* GM_* */
 	const char *vocab;       /* the vocabulary in ../shared/vocab it is meant for (the real
 				  * one, or the nearest there: see gm_help), NULL for the old shapes */
+	uint32_t n_expert;       /* routed experts per layer (mixture of experts), 0 = dense */
+	uint32_t n_expert_used;  /* experts a token takes */
+	uint32_t n_ff_exp;       /* expert_feed_forward_length (qwen3moe); 0: the experts are
+				  * n_ff wide and the key is not written (Mixtral in llama) */
 };
 
 /* The families' shapes are the models' config.json values. Their files get
@@ -54,62 +58,73 @@ struct gm_shape {
  * peaked next-token distributions (gm_tensors) and wq/wk of a larger spread
  * so that attention is far from uniform. */
 static const struct gm_shape gm_shapes[] = {
-	{ "tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
-	{ "llama2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
-	{ "llama3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0, 0, NULL },
-	{ "stories15m", "llama", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
+	{ "tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL, 0, 0, 0 },
+	{ "llama2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL, 0, 0, 0 },
+	{ "llama3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0, 0, NULL, 0, 0, 0 },
+	{ "stories15m", "llama", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL, 0, 0, 0 },
 	/* models/kjv-2048.gguf's shape (its file is the vocabulary): every row a
 	 * whole number of 256-blocks, small enough to write each type in tests */
-	{ "kjv-2048", "llama", 256, 6, 8, 4, 768, 2048, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL },
+	{ "kjv-2048", "llama", 256, 6, 8, 4, 768, 2048, 2048, 10000.0f, 1e-5f, 0, 0, 0, 0, NULL, 0, 0, 0 },
 	{ "llama3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, 64, 0, 0,
-	  GM_TIED | GM_LLAMA3, "llama-bpe" },
+	  GM_TIED | GM_LLAMA3, "llama-bpe", 0, 0, 0 },
 	{ "llama3.2-3b", "llama", 3072, 28, 24, 8, 8192, 128256, 131072, 500000.0f, 1e-5f, 128, 0, 0,
-	  GM_TIED | GM_LLAMA3, "llama-bpe" },
+	  GM_TIED | GM_LLAMA3, "llama-bpe", 0, 0, 0 },
 	{ "mistral-7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, 10000.0f, 1e-5f, 128, 0, 4096, 0,
-	  "llama-spm" },
+	  "llama-spm", 0, 0, 0 },
 	{ "qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, 64, 0, 0,
-	  GM_BIAS | GM_TIED, "qwen2" },
+	  GM_BIAS | GM_TIED, "qwen2", 0, 0, 0 },
 	{ "qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 8960, 151936, 32768, 1000000.0f, 1e-6f, 128, 0, 0,
-	  GM_BIAS | GM_TIED, "qwen2" },
+	  GM_BIAS | GM_TIED, "qwen2", 0, 0, 0 },
 	{ "qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1000000.0f, 1e-6f, 128, 0, 0, GM_BIAS,
-	  "qwen2" },
+	  "qwen2", 0, 0, 0 },
 	{ "qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0,
-	  GM_QK_NORM | GM_TIED, "qwen2" },
+	  GM_QK_NORM | GM_TIED, "qwen2", 0, 0, 0 },
 	{ "qwen3-4b", "qwen3", 2560, 36, 32, 8, 9728, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0,
-	  GM_QK_NORM | GM_TIED, "qwen2" },
+	  GM_QK_NORM | GM_TIED, "qwen2", 0, 0, 0 },
 	{ "qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0, GM_QK_NORM,
-	  "qwen2" },
+	  "qwen2", 0, 0, 0 },
 	{ "gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 10000.0f, 1e-6f, 256, 0, 4096,
-	  GM_POST | GM_TIED | GM_SOFTCAP, "gemma-4" },
+	  GM_POST | GM_TIED | GM_SOFTCAP, "gemma-4", 0, 0, 0 },
 	{ "gemma3-1b", "gemma3", 1152, 26, 4, 1, 6912, 262144, 32768, 1000000.0f, 1e-6f, 256, 0, 512,
-	  GM_POST | GM_QK_NORM | GM_TIED, "gemma-4" },
+	  GM_POST | GM_QK_NORM | GM_TIED, "gemma-4", 0, 0, 0 },
 	{ "gemma3-4b", "gemma3", 2560, 34, 8, 4, 10240, 262208, 131072, 1000000.0f, 1e-6f, 256, 0, 1024,
-	  GM_POST | GM_QK_NORM | GM_TIED, "gemma-4" },
+	  GM_POST | GM_QK_NORM | GM_TIED, "gemma-4", 0, 0, 0 },
 	{ "phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 131072, 10000.0f, 1e-5f, 96, 0, 0,
-	  GM_FUSED | GM_LONGROPE, "phi-3" },
+	  GM_FUSED | GM_LONGROPE, "phi-3", 0, 0, 0 },
 	{ "phi4-mini", "phi3", 3072, 32, 24, 8, 8192, 200064, 131072, 10000.0f, 1e-5f, 128, 96, 0,
-	  GM_FUSED | GM_LONGROPE | GM_TIED, "qwen2" },
+	  GM_FUSED | GM_LONGROPE | GM_TIED, "qwen2", 0, 0, 0 },
+	/* mixture of experts: Qwen3-30B-A3B with 4 of its 48 layers (--layers
+	 * changes that; each layer is 1.2 GB of f16 experts), and a small
+	 * Mixtral-like llama (8 experts, 2 a token, 8 layers) on Mistral's vocabulary */
+	{ "qwen3-30b-a3b", "qwen3moe", 2048, 4, 32, 4, 6144, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0, GM_QK_NORM,
+	  "qwen2", 128, 8, 768 },
+	{ "mixtral-mini", "llama", 1024, 8, 16, 4, 2816, 32000, 32768, 1000000.0f, 1e-5f, 64, 0, 0, 0, "llama-spm",
+	  8, 2, 0 },
 	/* each family small, on models/kjv-2048.gguf's vocabulary, windows of 16
 	 * tokens, for the tests (tests/cli_families.sh) */
 	{ "test-llama3", "llama", 256, 2, 4, 2, 512, 2048, 131072, 500000.0f, 1e-5f, 64, 0, 0, GM_TIED | GM_LLAMA3,
-	  "kjv-2048" },
-	{ "test-mistral", "llama", 256, 2, 4, 2, 512, 2048, 32768, 10000.0f, 1e-5f, 64, 0, 16, 0, "kjv-2048" },
+	  "kjv-2048", 0, 0, 0 },
+	{ "test-mistral", "llama", 256, 2, 4, 2, 512, 2048, 32768, 10000.0f, 1e-5f, 64, 0, 16, 0, "kjv-2048", 0, 0, 0 },
 	{ "test-qwen2", "qwen2", 256, 2, 4, 2, 512, 2048, 32768, 1000000.0f, 1e-6f, 64, 0, 0, GM_BIAS | GM_TIED,
-	  "kjv-2048" },
+	  "kjv-2048", 0, 0, 0 },
 	{ "test-qwen3", "qwen3", 256, 2, 4, 2, 512, 2048, 40960, 1000000.0f, 1e-6f, 64, 0, 0, GM_QK_NORM,
-	  "kjv-2048" },
+	  "kjv-2048", 0, 0, 0 },
 	{ "test-gemma2", "gemma2", 256, 2, 4, 2, 512, 2048, 8192, 10000.0f, 1e-6f, 64, 0, 16,
-	  GM_POST | GM_TIED | GM_SOFTCAP | GM_TIGHTCAP, "kjv-2048" },
+	  GM_POST | GM_TIED | GM_SOFTCAP | GM_TIGHTCAP, "kjv-2048", 0, 0, 0 },
 	{ "test-gemma3", "gemma3", 256, 6, 4, 1, 512, 2048, 32768, 1000000.0f, 1e-6f, 64, 0, 16,
-	  GM_POST | GM_QK_NORM | GM_TIED, "kjv-2048" },
+	  GM_POST | GM_QK_NORM | GM_TIED, "kjv-2048", 0, 0, 0 },
 	{ "test-phi3", "phi3", 256, 2, 4, 4, 512, 2048, 128, 10000.0f, 1e-5f, 64, 0, 0,
-	  GM_FUSED | GM_LONGROPE | GM_ORIG32, "kjv-2048" },
+	  GM_FUSED | GM_LONGROPE | GM_ORIG32, "kjv-2048", 0, 0, 0 },
+	{ "test-qwen3moe", "qwen3moe", 256, 2, 4, 2, 512, 2048, 40960, 1000000.0f, 1e-6f, 64, 0, 0, GM_QK_NORM,
+	  "kjv-2048", 16, 4, 256 },
+	{ "test-mixtral", "llama", 256, 2, 4, 2, 512, 2048, 32768, 1000000.0f, 1e-5f, 64, 0, 0, 0, "kjv-2048", 8, 2, 0 },
 };
 #define GM_SHAPE_LIST "tinyllama-1.1b | llama2-7b | llama3-8b | stories15m | kjv-2048 | llama3.2-1b | llama3.2-3b |\n" \
 	"                    mistral-7b | qwen2.5-0.5b | qwen2.5-1.5b | qwen2.5-7b | qwen3-0.6b | qwen3-4b | qwen3-8b |\n" \
-	"                    gemma2-2b | gemma3-1b | gemma3-4b | phi3-mini | phi4-mini;\n" \
+	"                    gemma2-2b | gemma3-1b | gemma3-4b | phi3-mini | phi4-mini | qwen3-30b-a3b |\n" \
+	"                    mixtral-mini;\n" \
 	"                    small ones for tests: test-llama3 | test-mistral | test-qwen2 | test-qwen3 |\n" \
-	"                    test-gemma2 | test-gemma3 | test-phi3"
+	"                    test-gemma2 | test-gemma3 | test-phi3 | test-qwen3moe | test-mixtral"
 
 static uint32_t gm_head_dim(const struct gm_shape *sh)
 {
@@ -198,7 +213,7 @@ enum gm_fill { GM_RANDOM, GM_ROPE_SHORT, GM_ROPE_LONG, GM_ROPE_LLAMA3 };
 struct gm_tensor {
 	char name[64];
 	uint32_t n_dims;
-	uint64_t ne[2];
+	uint64_t ne[3];        /* ne[2]: experts of a 3-D stack, else 1 */
 	uint32_t type;
 	float mean, std;
 	uint64_t rows2;        /* rows from this one on have std2 (a fused tensor's parts) */
@@ -446,6 +461,12 @@ static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf
 	gguf_w_add_u32(w, KEY("vocab_size"), n_vocab);
 	if (sh->window)
 		gguf_w_add_u32(w, KEY("attention.sliding_window"), sh->window);
+	if (sh->n_expert) {
+		gguf_w_add_u32(w, KEY("expert_count"), sh->n_expert);
+		gguf_w_add_u32(w, KEY("expert_used_count"), sh->n_expert_used);
+		if (sh->n_ff_exp)
+			gguf_w_add_u32(w, KEY("expert_feed_forward_length"), sh->n_ff_exp);
+	}
 	if (sh->flags & GM_SOFTCAP) {
 		gguf_w_add_f32(w, KEY("attn_logit_softcapping"), sh->flags & GM_TIGHTCAP ? 4.0f : 50.0f);
 		gguf_w_add_f32(w, KEY("final_logit_softcapping"), 30.0f);
@@ -473,6 +494,7 @@ static void gm_meta(struct gguf_w *w, const struct gm_opts *o, const struct gguf
 #define GM_QK_LOGIT 1.0
 #define GM_QKN_LOGIT 1.0
 #define GM_OUT_LOGIT 4.0
+#define GM_ROUTER_LOGIT 2.0
 #define GM_STD 0.02f
 
 struct gm_list {
@@ -489,11 +511,30 @@ static struct gm_tensor *gm_add(struct gm_list *L, const char *name, uint32_t n_
 	t->n_dims = n_dims;
 	t->ne[0] = in;
 	t->ne[1] = out;
+	t->ne[2] = 1;
 	t->type = type;
 	t->mean = mean;
 	t->std = t->std2 = std;
 	t->rows2 = UINT64_MAX;
 	return t;
+}
+
+/* A layer's routed experts: the router (f32, as llama.cpp's converter and
+ * llama-quantize keep it) with logits of about GM_ROUTER_LOGIT standard
+ * deviations, so that the top experts stand apart from the rest, and the
+ * three 3-D stacks of experts. */
+static void gm_experts(const struct gm_opts *o, struct gm_list *L, uint32_t l)
+{
+	const struct gm_shape *sh = o->shape;
+	uint64_t D = sh->dim, F = sh->n_ff_exp ? sh->n_ff_exp : sh->n_ff;
+	char nm[64];
+
+#define NM(s) (snprintf(nm, sizeof nm, "blk.%u." s, l), nm)
+	gm_add(L, NM("ffn_gate_inp.weight"), 2, D, sh->n_expert, TKV_F32, 0.0f, (float)(GM_ROUTER_LOGIT / sqrt(D)));
+	gm_add(L, NM("ffn_gate_exps.weight"), 3, D, F, o->type, 0.0f, GM_STD)->ne[2] = sh->n_expert;
+	gm_add(L, NM("ffn_down_exps.weight"), 3, F, D, o->type, 0.0f, GM_STD)->ne[2] = sh->n_expert;
+	gm_add(L, NM("ffn_up_exps.weight"), 3, D, F, o->type, 0.0f, GM_STD)->ne[2] = sh->n_expert;
+#undef NM
 }
 
 /* One layer's tensors, in llama.cpp's order. */
@@ -529,13 +570,16 @@ static void gm_layer(const struct gm_opts *o, struct gm_list *L, uint32_t l, flo
 	if (f & GM_POST)
 		gm_add(L, NM("post_attention_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
 	gm_add(L, NM("ffn_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
-	if (f & GM_FUSED) {
+	if (sh->n_expert) {
+		gm_experts(o, L, l);
+	} else if (f & GM_FUSED) {
 		gm_add(L, NM("ffn_up.weight"), 2, D, 2 * (uint64_t)sh->n_ff, T, 0.0f, GM_STD);
 	} else {
 		gm_add(L, NM("ffn_gate.weight"), 2, D, sh->n_ff, T, 0.0f, GM_STD);
 		gm_add(L, NM("ffn_up.weight"), 2, D, sh->n_ff, T, 0.0f, GM_STD);
 	}
-	gm_add(L, NM("ffn_down.weight"), 2, sh->n_ff, D, T, 0.0f, GM_STD);
+	if (!sh->n_expert)
+		gm_add(L, NM("ffn_down.weight"), 2, sh->n_ff, D, T, 0.0f, GM_STD);
 	if (f & GM_POST)
 		gm_add(L, NM("post_ffw_norm.weight"), 1, D, 1, TKV_F32, 1.0f, GM_STD);
 #undef NM
@@ -578,7 +622,7 @@ static int gm_tensors(const struct gm_opts *o, uint32_t n_vocab, uint32_t n_laye
 		gm_layer(o, &L, l, qk_std, qkn_mean);
 	/* rows that are not whole blocks of the type fall back to q8_0 */
 	for (size_t i = 0; i < L.k; i++)
-		if (L.t[i].n_dims == 2 && L.t[i].ne[0] % tkv_dtype_traits(L.t[i].type)->blck)
+		if (L.t[i].n_dims >= 2 && L.t[i].type != TKV_F32 && L.t[i].ne[0] % tkv_dtype_traits(L.t[i].type)->blck)
 			L.t[i].type = TKV_Q8_0;
 	*out = L.t;
 	*n_out = L.k;
@@ -654,7 +698,7 @@ static int gm_header(struct gm_ctx *x)
 	gm_meta(x->w, &x->o, x->voc, x->n_vocab, x->n_layer);
 	for (size_t i = 0; i < x->n_t; i++) {
 		gguf_w_add_tensor(x->w, x->t[i].name, x->t[i].n_dims, x->t[i].ne, x->t[i].type);
-		fallback += x->t[i].n_dims == 2 && x->t[i].type != x->o.type;
+		fallback += x->t[i].n_dims >= 2 && x->t[i].type != x->o.type && x->t[i].type != TKV_F32;
 		x->total += gguf_w_tensor_nbytes(x->w, i);
 	}
 	if (fallback)
@@ -706,10 +750,12 @@ static int gm_write(struct gm_ctx *x)
 		size_t rb = tkv_dtype_row_size(t->type, t->ne[0]);
 		int64_t step = (int64_t)(GM_CHUNK_BYTES / rb) > 0 ? (int64_t)(GM_CHUNK_BYTES / rb) : 1;
 
-		for (int64_t r = 0; r < (int64_t)t->ne[1]; r += step) {
+		int64_t rows = (int64_t)(t->ne[1] * t->ne[2]);
+
+		for (int64_t r = 0; r < rows; r += step) {
 			struct gm_job j = { t, x->o.seed, i, r, 0, rb, x->buf, x->scratch };
 
-			j.n_rows = (int64_t)t->ne[1] - r < step ? (int64_t)t->ne[1] - r : step;
+			j.n_rows = rows - r < step ? rows - r : step;
 			tkv_threads_run(x->tp, gm_worker, &j);
 			if ((st = gguf_w_write(x->w, x->buf, (size_t)j.n_rows * rb)))
 				goto fail;

@@ -168,6 +168,9 @@ int cli_inspect(int argc, char **argv)
 		       (unsigned long long)in.n_params, tkv_dtype_name(in.weight_type));
 		printf("  vocab %u, context %u, dim %u, layers %u, heads %u, kv heads %u, head dim %u, ffn %u\n",
 		       in.n_vocab, in.n_ctx_train, in.dim, in.n_layer, in.n_head, in.n_kv_head, in.head_dim, in.n_ff);
+		if (in.n_expert)
+			printf("  experts %u per layer, %u per token, expert ffn %u\n", in.n_expert, in.n_expert_used,
+			       in.n_ff_exp);
 		printf("  rope: %u dims, base %g, linear scale %g; rms eps %g\n", in.n_rot, in.rope_base,
 		       in.rope_scale, in.rms_eps);
 		if (in.n_swa_layers || in.attn_softcap > 0.0f || in.final_softcap > 0.0f)

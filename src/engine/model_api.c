@@ -49,7 +49,9 @@ size_t tkv_model_weight_spans(const struct tkv_model *m, struct tkv_weight_span 
 
 	for (uint32_t l = 0; l < m->info.n_layer; l++) {
 		const struct model_layer *L = &m->layers[l];
-		const struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		bool moe = L->moe.router.rows != 0;
+		const struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, moe ? &L->moe.gate : &L->w_gate,
+						 moe ? &L->moe.up : &L->w_up, moe ? &L->moe.down : &L->w_down };
 
 		for (size_t i = 0; i < 7; i++, n++)
 			if (n < cap)
@@ -70,6 +72,10 @@ uint64_t tkv_model_token_weight_bytes(const struct tkv_model *m)
 
 		b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
 		     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
+		/* a layer of experts: the router and the experts a token takes */
+		if (L->moe.router.rows)
+			b += mat_bytes(&L->moe.router) + (mat_bytes(&L->moe.gate) + mat_bytes(&L->moe.up) +
+							  mat_bytes(&L->moe.down)) / m->hp.n_expert * m->hp.n_expert_used;
 	}
 	return b;
 }

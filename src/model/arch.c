@@ -13,7 +13,14 @@
  *           to one global, the sliding ones at rope base 10000
  *   phi3    NeoX, fused attn_qkv and gate/up (in the file), LongRoPE:
  *           per-dimension short/long frequency factors and an attention
- *           factor on the rotation */
+ *           factor on the rotation
+ *   qwen3moe as qwen3 with routed experts in every layer: softmax over the
+ *           router's logits, the top expert_used_count experts, their
+ *           weights divided by their sum, experts of
+ *           expert_feed_forward_length
+ * A llama file with llama.expert_count (Mixtral) routes the same way (the
+ * renormalised top-k softmax is the softmax of the top-k logits) with
+ * experts of feed_forward_length. */
 #include "model/arch.h"
 
 #include <string.h>
@@ -30,7 +37,8 @@ static void rope_norm(float *x, int n_heads, int head_dim, int n_rot, float pos,
 }
 
 static const struct model_arch arch_table[] = {
-	{ .name = "llama", .rope = rope_norm, .glu = ops_swiglu, .swa = ARCH_SWA_ALL },
+	{ .name = "llama", .rope = rope_norm, .glu = ops_swiglu, .swa = ARCH_SWA_ALL, .moe = ARCH_MOE_FILE,
+	  .moe_norm = true },
 	{ .name = "qwen2", .rope = ops_rope_neox, .glu = ops_swiglu },
 	{ .name = "qwen3", .rope = ops_rope_neox, .glu = ops_swiglu, .need = ARCH_T_QK_NORM },
 	{ .name = "gemma2", .rope = ops_rope_neox, .glu = ops_geglu, .need = ARCH_T_POST_NORM, .embd_scale = true,
@@ -39,6 +47,8 @@ static const struct model_arch arch_table[] = {
 	{ .name = "gemma3", .rope = ops_rope_neox, .glu = ops_geglu, .need = ARCH_T_QK_NORM | ARCH_T_POST_NORM,
 	  .embd_scale = true, .swa = ARCH_SWA_PATTERN, .swa_period = 6, .rope_base_swa = true },
 	{ .name = "phi3", .rope = ops_rope_neox, .glu = ops_swiglu, .longrope = true },
+	{ .name = "qwen3moe", .rope = ops_rope_neox, .glu = ops_swiglu, .need = ARCH_T_QK_NORM, .moe = ARCH_MOE_ALL,
+	  .moe_ff_key = true, .moe_norm = true },
 };
 
 const struct model_arch *arch_find(const char *name, size_t len)
@@ -51,5 +61,5 @@ const struct model_arch *arch_find(const char *name, size_t len)
 
 const char *arch_names(void)
 {
-	return "llama, qwen2, qwen3, gemma2, gemma3, phi3";
+	return "llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe";
 }

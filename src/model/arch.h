@@ -23,6 +23,16 @@
 #define ARCH_T_QK_NORM   (1u << 0)  /* attn_q_norm, attn_k_norm: (head_dim) per-head RMSNorm */
 #define ARCH_T_POST_NORM (1u << 1)  /* post_attention_norm, post_ffw_norm: (dim) */
 
+/* Where a family's layers take routed experts (mixture of experts) for the
+ * feed-forward: router ffn_gate_inp (n_expert, dim) and the 3-D
+ * ffn_gate_exps, ffn_up_exps (n_expert, n_ff_exp, dim), ffn_down_exps
+ * (n_expert, dim, n_ff_exp); model/moe.c computes them. */
+enum arch_moe {
+	ARCH_MOE_NONE,     /* dense FFN only */
+	ARCH_MOE_FILE,     /* experts when the file has <arch>.expert_count (Mixtral in llama) */
+	ARCH_MOE_ALL,      /* every layer routes; expert_count and expert_used_count required */
+};
+
 /* Which layers slide when the file gives a window. */
 enum arch_swa {
 	ARCH_SWA_NONE,     /* the key is ignored (llama.cpp's phi3 does the same) */
@@ -51,6 +61,11 @@ struct model_arch {
 	float attn_softcap;       /* default attn_logit_softcapping (0: none; the key overrides) */
 	float final_softcap;      /* default final_logit_softcapping (0: none; the key overrides) */
 	bool longrope;            /* rope_factors_short/long and rope.scaling.attn_factor (phi3) */
+	enum arch_moe moe;
+	bool moe_ff_key;          /* the experts' width is <arch>.expert_feed_forward_length
+				   * (default feed_forward_length / expert_used_count), not
+				   * feed_forward_length */
+	bool moe_norm;            /* the top-k softmax weights are divided by their sum */
 };
 
 /* The row of a family, or NULL when it is not supported. */

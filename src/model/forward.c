@@ -14,6 +14,7 @@
  *               x += post_norm(Wo attn)                       (norm if any)
  *               xb = rmsnorm(x) * ffn_norm
  *               x += post_norm(Wdown (act(Wgate xb) * Wup xb)) (the family's GLU)
+ *                 or, in a layer of experts, x += the routed experts' sum (moe.c)
  *   logits = softcap(Wout (rmsnorm(x) * out_norm))
  */
 #include "model/model.h"
@@ -25,12 +26,35 @@
 #include "util/status.h"
 #include "util/tpool.h"
 
+/* The router's and the experts' buffers (model.h), for a model with experts. */
+static int moe_scratch_init(struct model_scratch *s, const struct tkv_model *m, struct tkv_alloc *a,
+			    struct tkv_error *err)
+{
+	size_t B = s->n_batch, ne = m->hp.n_expert, k = m->hp.n_expert_used;
+
+	if (!ne)
+		return TKV_OK;
+	s->probs = tkv_malloc(a, B * ne * sizeof(float));
+	s->sel_w = tkv_malloc(a, B * k * sizeof(float));
+	s->sel = tkv_malloc(a, B * k * sizeof *s->sel);
+	s->order = tkv_malloc(a, B * k * sizeof *s->order);
+	s->start = tkv_malloc(a, (ne + 1) * sizeof *s->start);
+	s->ex = tkv_malloc(a, B * m->info.dim * sizeof(float));
+	s->ey = tkv_malloc(a, B * m->info.dim * sizeof(float));
+	if (!s->probs || !s->sel_w || !s->sel || !s->order || !s->start || !s->ex || !s->ey)
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for the experts' activations (batch %u)",
+				s->n_batch);
+	return TKV_OK;
+}
+
 int model_scratch_init(struct model_scratch *s, const struct tkv_model *m, uint32_t n_batch, uint32_t n_ctx,
 		       uint32_t n_threads, struct tkv_alloc *a, struct tkv_error *err)
 {
 	const struct tkv_model_info *in = &m->info;
 	size_t B = n_batch, qd = (size_t)in->n_head * in->head_dim, kvd = (size_t)in->n_kv_head * in->head_dim;
-	size_t widest = in->dim > in->n_ff ? in->dim : in->n_ff;
+	size_t ff = in->n_ff > m->hp.n_ff_exp ? in->n_ff : m->hp.n_ff_exp;
+	size_t widest = in->dim > ff ? in->dim : ff;
+	int st;
 
 	memset(s, 0, sizeof *s);
 	s->n_batch = n_batch;
@@ -43,8 +67,8 @@ int model_scratch_init(struct model_scratch *s, const struct tkv_model *m, uint3
 	s->v = tkv_malloc(a, B * kvd * sizeof(float));
 	s->ao = tkv_malloc(a, B * qd * sizeof(float));
 	s->o = tkv_malloc(a, B * in->dim * sizeof(float));
-	s->hg = tkv_malloc(a, B * in->n_ff * sizeof(float));
-	s->hu = tkv_malloc(a, B * in->n_ff * sizeof(float));
+	s->hg = tkv_malloc(a, B * ff * sizeof(float));
+	s->hu = tkv_malloc(a, B * ff * sizeof(float));
 	s->rows = tkv_malloc(a, B * sizeof *s->rows);
 	if (qd > widest)
 		widest = qd;
@@ -55,7 +79,9 @@ int model_scratch_init(struct model_scratch *s, const struct tkv_model *m, uint3
 		model_scratch_free(s, a);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for activations (batch %u)", n_batch);
 	}
-	return TKV_OK;
+	if ((st = moe_scratch_init(s, m, a, err)))
+		model_scratch_free(s, a);
+	return st;
 }
 
 void model_scratch_free(struct model_scratch *s, struct tkv_alloc *a)
@@ -71,23 +97,52 @@ void model_scratch_free(struct model_scratch *s, struct tkv_alloc *a)
 	tkv_free(a, s->hu);
 	tkv_free(a, s->rows);
 	tkv_free(a, s->work);
+	tkv_free(a, s->probs);
+	tkv_free(a, s->sel_w);
+	tkv_free(a, s->sel);
+	tkv_free(a, s->order);
+	tkv_free(a, s->start);
+	tkv_free(a, s->ex);
+	tkv_free(a, s->ey);
 	memset(s, 0, sizeof *s);
 }
 
-/* x += post_norm(W in) for each of n rows: a projection added to the
- * residual stream (through the scratch output o), normed first when the
- * layer has a norm there. */
-static void residual(const struct tkv_model *m, struct model_scratch *s, struct tpool *tp, const struct ops_mat *w,
-		     const float *post_norm, const float *in, uint32_t n)
+/* x += post_norm(o) for each of n rows: the scratch output o added to the
+ * residual stream, normed first when the layer has a norm there. */
+static void residual_add(const struct tkv_model *m, struct model_scratch *s, const float *post_norm, uint32_t n)
 {
 	uint32_t dim = m->info.dim;
 
-	ops_matmul_n(tp, &w, &s->o, 1, in, (int)n, s->work, s->work_size);
 	if (post_norm)
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->o + (size_t)i * dim, s->o + (size_t)i * dim, post_norm, (int)dim, m->info.rms_eps);
 	for (size_t i = 0; i < (size_t)n * dim; i++)
 		s->x[i] += s->o[i];
+}
+
+/* x += post_norm(W in) for each of n rows: a projection added to the
+ * residual stream through the scratch output o. */
+static void residual(const struct tkv_model *m, struct model_scratch *s, struct tpool *tp, const struct ops_mat *w,
+		     const float *post_norm, const float *in, uint32_t n)
+{
+	ops_matmul_n(tp, &w, &s->o, 1, in, (int)n, s->work, s->work_size);
+	residual_add(m, s, post_norm, n);
+}
+
+/* x += post_norm(FFN(xb)) for n rows: the dense GLU, or the layer's routed
+ * experts. */
+static void ffn(const struct tkv_model *m, const struct model_layer *L, struct model_scratch *s, struct tpool *tp,
+		uint32_t n)
+{
+	if (L->moe.router.rows) {
+		moe_ffn(m, &L->moe, s, tp, n);
+		residual_add(m, s, L->ffn_post_norm, n);
+		return;
+	}
+	ops_matmul_n(tp, (const struct ops_mat *[]){ &L->w_gate, &L->w_up }, (float *[]){ s->hg, s->hu }, 2, s->xb,
+		     (int)n, s->work, s->work_size);
+	m->arch->glu(s->hg, s->hg, s->hu, (int)(n * m->info.n_ff));
+	residual(m, s, tp, &L->w_down, L->ffn_post_norm, s->hg, n);
 }
 
 /* rows of `width` floats += bias */
@@ -164,13 +219,10 @@ void model_forward(const struct tkv_model *m, struct model_scratch *s, struct tp
 		kv_cache_attend(kv, tp, l, segs, n_segs, s->q, s->ao);
 		residual(m, s, tp, &L->wo, L->attn_post_norm, s->ao, n);
 
-		/* feed-forward: x += Wdown (act(Wgate xb) * Wup xb) */
+		/* feed-forward */
 		for (uint32_t i = 0; i < n; i++)
 			ops_rmsnorm(s->xb + (size_t)i * dim, s->x + (size_t)i * dim, L->ffn_norm, dim, in->rms_eps);
-		ops_matmul_n(tp, (const struct ops_mat *[]){ &L->w_gate, &L->w_up }, (float *[]){ s->hg, s->hu }, 2, s->xb,
-			     (int)n, s->work, s->work_size);
-		m->arch->glu(s->hg, s->hg, s->hu, (int)(n * in->n_ff));
-		residual(m, s, tp, &L->w_down, L->ffn_post_norm, s->hg, n);
+		ffn(m, L, s, tp, n);
 	}
 
 	if (!n_out)

@@ -80,6 +80,34 @@ static int get_mat(const struct gguf_file *g, const char *name, uint64_t in, uin
 	return TKV_OK;
 }
 
+/* Looks up a 3-D stack of n_exp weights (out, in) each (the experts of one
+ * layer) and describes it as one (n_exp * out, in) matrix: expert e's rows
+ * start at e * out. */
+static int get_experts(const struct gguf_file *g, const char *name, uint64_t in, uint64_t out, uint64_t n_exp,
+		       struct ops_mat *mat, struct tkv_error *err)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(g, name);
+
+	if (!t)
+		return tkv_errf(err, TKV_ERR_FORMAT, "%s: missing tensor '%s'", gguf_name(g), name);
+	if (t->ne[0] != in || t->ne[1] != out || t->ne[2] != n_exp || t->ne[3] != 1)
+		return tkv_errf(err, TKV_ERR_FORMAT,
+				"%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu, %llu] "
+				"(%llu experts)", gguf_name(g), name, (unsigned long long)t->ne[0],
+				(unsigned long long)t->ne[1], (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+				(unsigned long long)in, (unsigned long long)out, (unsigned long long)n_exp,
+				(unsigned long long)n_exp);
+	if (!ops_type_supported(t->type))
+		return tkv_errf(err, TKV_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported tensor type %s",
+				gguf_name(g), name, tkv_dtype_name(t->type));
+	mat->data = t->data;
+	mat->type = t->type;
+	mat->rows = (int64_t)(out * n_exp);
+	mat->cols = (int64_t)in;
+	mat->row_bytes = tkv_dtype_row_size(t->type, in);
+	return TKV_OK;
+}
+
 /* A 1-D f32 vector of n elements (norm weights, rope factors). */
 static int get_vec(const struct gguf_file *g, const char *name, uint64_t n, bool optional,
 		   const float **out, struct tkv_error *err)
@@ -223,6 +251,38 @@ static int load_family(struct tkv_model *m, const char *a, struct tkv_error *err
 	return TKV_OK;
 }
 
+/* The experts of a family that routes (arch.h): how many, how many a token
+ * takes, and their width. */
+static int load_moe_hp(struct tkv_model *m, const char *a, struct tkv_error *err)
+{
+	const struct gguf_file *g = m->gguf;
+	const struct model_arch *ar = m->arch;
+	struct model_hp *hp = &m->hp;
+	bool req = ar->moe == ARCH_MOE_ALL;
+	int st;
+
+	if (ar->moe == ARCH_MOE_NONE)
+		return TKV_OK;
+	if ((st = hp_u32(g, a, "expert_count", &hp->n_expert, req, 0, err)))
+		return st;
+	if (!hp->n_expert && !req)
+		return TKV_OK;
+	if ((st = hp_u32(g, a, "expert_used_count", &hp->n_expert_used, true, 0, err)))
+		return st;
+	if (hp->n_expert == 0 || hp->n_expert > 1024 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert)
+		return tkv_errf(err, TKV_ERR_FORMAT, "%s: %u experts, %u used per token (want 1 <= used <= experts <= 1024)",
+				gguf_name(g), hp->n_expert, hp->n_expert_used);
+	hp->n_ff_exp = m->info.n_ff;
+	if (ar->moe_ff_key &&
+	    (st = hp_u32(g, a, "expert_feed_forward_length", &hp->n_ff_exp, false, m->info.n_ff / hp->n_expert_used,
+			 err)))
+		return st;
+	if (hp->n_ff_exp == 0 || hp->n_ff_exp > 1u << 22)
+		return tkv_errf(err, TKV_ERR_FORMAT, "%s: expert feed-forward length %u out of range", gguf_name(g),
+				hp->n_ff_exp);
+	return TKV_OK;
+}
+
 static int load_hparams(struct tkv_model *m, struct tkv_error *err)
 {
 	const struct gguf_file *g = m->gguf;
@@ -240,7 +300,7 @@ static int load_hparams(struct tkv_model *m, struct tkv_error *err)
 	if (gguf_find(g, "general.name") && gguf_get_str(g, "general.name", &s, NULL) == TKV_OK)
 		snprintf(in->name, sizeof in->name, "%.*s", (int)(s.len > 127 ? 127 : s.len), s.ptr);
 	if ((st = load_dims(m, m->arch->name, err)) || (st = load_rope_scaling(m, m->arch->name, err)) ||
-	    (st = load_family(m, m->arch->name, err)))
+	    (st = load_family(m, m->arch->name, err)) || (st = load_moe_hp(m, m->arch->name, err)))
 		return st;
 	return TKV_OK;
 }
@@ -317,8 +377,25 @@ static int load_attn(struct tkv_model *m, uint32_t l, struct model_layer *L, str
 	return st < 0 ? st : TKV_OK;
 }
 
+/* The routed experts of layer l: the router and the three 3-D stacks. */
+static int load_experts(struct tkv_model *m, uint32_t l, struct model_layer *L, struct tkv_error *err)
+{
+	const struct gguf_file *g = m->gguf;
+	uint32_t ne = m->hp.n_expert, nf = m->hp.n_ff_exp, dim = m->info.dim;
+	char name[96];
+	int st;
+
+	if ((st = get_mat(g, NAME("ffn_gate_inp.weight"), dim, ne, false, &L->moe.router, err)) ||
+	    (st = get_experts(g, NAME("ffn_gate_exps.weight"), dim, nf, ne, &L->moe.gate, err)) ||
+	    (st = get_experts(g, NAME("ffn_up_exps.weight"), dim, nf, ne, &L->moe.up, err)) ||
+	    (st = get_experts(g, NAME("ffn_down_exps.weight"), nf, dim, ne, &L->moe.down, err)))
+		return st;
+	return TKV_OK;
+}
+
 /* Feed-forward of layer l: ffn_gate and ffn_up, or one ffn_up of 2*n_ff rows
- * (gate first); the norm after it where the family has one. */
+ * (gate first), or routed experts when the model has them; the norm after
+ * it where the family has one. */
 static int load_ffn(struct tkv_model *m, uint32_t l, struct model_layer *L, struct tkv_error *err)
 {
 	const struct gguf_file *g = m->gguf;
@@ -330,7 +407,10 @@ static int load_ffn(struct tkv_model *m, uint32_t l, struct model_layer *L, stru
 
 	if ((st = get_vec(g, NAME("ffn_norm.weight"), in->dim, false, &L->ffn_norm, err)))
 		return st;
-	if (!gguf_find_tensor(g, NAME("ffn_gate.weight")) && gguf_find_tensor(g, NAME("ffn_up.weight"))) {
+	if (m->hp.n_expert) {
+		if ((st = load_experts(m, l, L, err)))
+			return st;
+	} else if (!gguf_find_tensor(g, NAME("ffn_gate.weight")) && gguf_find_tensor(g, NAME("ffn_up.weight"))) {
 		if ((st = get_mat(g, NAME("ffn_up.weight"), in->dim, 2 * (uint64_t)in->n_ff, false, &up2, err)))
 			return st;
 		L->w_gate = mat_rows(&up2, 0, in->n_ff);
@@ -339,7 +419,7 @@ static int load_ffn(struct tkv_model *m, uint32_t l, struct model_layer *L, stru
 		   (st = get_mat(g, NAME("ffn_up.weight"), in->dim, in->n_ff, false, &L->w_up, err))) {
 		return st;
 	}
-	if ((st = get_mat(g, NAME("ffn_down.weight"), in->n_ff, in->dim, false, &L->w_down, err)))
+	if (!m->hp.n_expert && (st = get_mat(g, NAME("ffn_down.weight"), in->n_ff, in->dim, false, &L->w_down, err)))
 		return st;
 	st = get_vec(g, NAME("post_ffw_norm.weight"), in->dim, !post, &L->ffn_post_norm, err);
 #undef NAME
@@ -437,6 +517,9 @@ static int load_tensors(struct tkv_model *m, struct tkv_error *err)
 	in->n_swa_layers = m->hp.n_swa_layers;
 	in->attn_softcap = m->hp.attn_softcap;
 	in->final_softcap = m->hp.final_softcap;
+	in->n_expert = m->hp.n_expert;
+	in->n_expert_used = m->hp.n_expert_used;
+	in->n_ff_exp = m->hp.n_ff_exp;
 	for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
 		const struct gguf_tensor *t = gguf_tensor_at(g, i);
 		in->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
@@ -444,17 +527,23 @@ static int load_tensors(struct tkv_model *m, struct tkv_error *err)
 	return TKV_OK;
 }
 
-/* The matrices the matmuls read, in the order repack_weights visits them. */
+/* The matrices the matmuls read, in the order repack_weights visits them: a
+ * layer's seven dense ones (empty in a layer of experts), its stacks of
+ * experts when each expert is a whole number of 8-row groups (moe.c reads
+ * an expert as a row range), then the output. */
+#define MODEL_MATS_PER_LAYER 10
 static size_t model_mats(struct tkv_model *m, struct ops_mat **out, size_t cap)
 {
 	size_t n = 0;
+	bool x8 = m->hp.n_ff_exp % 8 == 0 && m->info.dim % 8 == 0;
 
 	for (uint32_t l = 0; l < m->info.n_layer; l++) {
 		struct model_layer *L = &m->layers[l];
-		struct ops_mat *mats[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		struct ops_mat *mats[MODEL_MATS_PER_LAYER] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+							       &L->w_down, &L->moe.gate, &L->moe.up, &L->moe.down };
 
-		for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-			if (n < cap)
+		for (size_t i = 0; i < MODEL_MATS_PER_LAYER; i++)
+			if (mats[i]->data && (i < 7 || x8) && n < cap)
 				out[n++] = mats[i];
 	}
 	/* a tied output is the embedding, which lookups read row by row */
@@ -472,7 +561,7 @@ static size_t model_mats(struct tkv_model *m, struct ops_mat **out, size_t cap)
  * for the same reason. */
 static int repack_weights(struct tkv_model *m, struct tkv_error *err)
 {
-	size_t cap = (size_t)m->info.n_layer * 7 + 1, n, total = 0, off = 0;
+	size_t cap = (size_t)m->info.n_layer * MODEL_MATS_PER_LAYER + 1, n, total = 0, off = 0;
 	struct ops_mat **mats = tkv_calloc(m->alloc, cap, sizeof *mats);
 	long page = sysconf(_SC_PAGESIZE);
 

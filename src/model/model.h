@@ -20,6 +20,16 @@ struct kv_seg;
 struct tok;
 struct tpool;
 
+/* A layer's routed experts (moe.c); all zero in a dense layer. The experts'
+ * matrices are the 3-D tensors read as 2-D: expert e's rows of gate and up
+ * are [e * n_ff_exp, (e + 1) * n_ff_exp), of down [e * dim, (e + 1) * dim). */
+struct model_moe {
+	struct ops_mat router;       /* (n_expert, dim) ffn_gate_inp */
+	struct ops_mat gate;         /* (n_expert * n_ff_exp, dim) ffn_gate_exps */
+	struct ops_mat up;           /* (n_expert * n_ff_exp, dim) ffn_up_exps */
+	struct ops_mat down;         /* (n_expert * dim, n_ff_exp) ffn_down_exps */
+};
+
 struct model_layer {
 	const float *attn_norm;      /* (dim) */
 	struct ops_mat wq;           /* (n_head*head_dim, dim) */
@@ -34,7 +44,8 @@ struct model_layer {
 	struct ops_mat w_gate;       /* (n_ff, dim) */
 	struct ops_mat w_up;         /* (n_ff, dim); gate and up are the two halves of
 				      * one ffn_up when the file fuses them */
-	struct ops_mat w_down;       /* (dim, n_ff) */
+	struct ops_mat w_down;       /* (dim, n_ff); the three are empty in a layer of experts */
+	struct model_moe moe;        /* routed experts (router.rows = n_expert), or empty */
 	const float *ffn_post_norm;  /* (dim) RMSNorm of the FFN output, or NULL */
 	const float *inv_freq[2];    /* (n_rot/2) rotary frequencies for contexts up to
 				      * n_ctx_orig and beyond (the same table unless LongRoPE) */
@@ -52,6 +63,9 @@ struct model_hp {
 	uint32_t n_swa;         /* the sliding window of the sliding layers, 0 = none */
 	uint32_t n_swa_layers;  /* layers that slide */
 	float rope_base_swa;    /* rope base of the sliding layers */
+	uint32_t n_expert;      /* routed experts per layer, 0 = dense */
+	uint32_t n_expert_used; /* experts each token takes (top-k) */
+	uint32_t n_ff_exp;      /* an expert's feed-forward width */
 };
 
 struct tkv_model {
@@ -82,8 +96,16 @@ struct model_scratch {
 	float *v;       /* (n_batch, n_kv_head*head_dim) */
 	float *ao;      /* (n_batch, n_head*head_dim) attention output */
 	float *o;       /* (n_batch, dim) projected attention / ffn output */
-	float *hg;      /* (n_batch, n_ff) gate */
-	float *hu;      /* (n_batch, n_ff) up */
+	float *hg;      /* (n_batch, max(n_ff, n_ff_exp)) gate */
+	float *hu;      /* (n_batch, max(n_ff, n_ff_exp)) up */
+	/* routed experts (moe.c); NULL for a dense model */
+	float *probs;   /* (n_batch, n_expert) router logits, then probabilities */
+	float *sel_w;   /* (n_batch, n_expert_used) the selected experts' weights */
+	uint32_t *sel;  /* (n_batch, n_expert_used) the selected experts */
+	uint32_t *order;/* (n_batch * n_expert_used) indices into sel, grouped by expert */
+	uint32_t *start;/* (n_expert + 1) each expert's first entry in order */
+	float *ex;      /* (n_batch, dim) the rows one expert takes, gathered */
+	float *ey;      /* (n_batch, dim) that expert's output for them */
 	uint32_t *rows; /* (n_batch) rows whose logits are wanted */
 	void *work;     /* matmul workspace: n_batch quantized activation rows and
 			 * one weight panel per thread (ops_matmul_work_size) */
@@ -104,6 +126,11 @@ void model_scratch_free(struct model_scratch *s, struct tkv_alloc *a);
 void model_forward(const struct tkv_model *m, struct model_scratch *s, struct tpool *tp, struct kv_cache *kv,
 		   const int32_t *ids, const struct kv_seg *segs, uint32_t n_segs, const uint32_t *out_rows,
 		   uint32_t n_out, float *logits);
+
+/* s->o (n, dim) = the routed experts' feed-forward of the n normed rows
+ * s->xb in a layer of experts (moe.c). */
+void moe_ffn(const struct tkv_model *m, const struct model_moe *E, struct model_scratch *s, struct tpool *tp,
+	     uint32_t n);
 
 /* Each layer's sliding window (0 = global) into window[n_layer]. */
 void model_layer_windows(const struct tkv_model *m, uint32_t *window);
