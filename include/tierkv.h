@@ -349,6 +349,9 @@ struct tkv_kv_stats {
 	size_t used;            /* bytes of filled slots */
 	size_t peak_allocated;
 	size_t kv_bytes;        /* K and V bytes of filled slots */
+	size_t meta_bytes;      /* positions and scores of filled slots */
+	size_t fixed_bytes;     /* page headers and alignment padding (the rest of
+				 * allocated: empty slots, the fragmentation) */
 	size_t n_pages;
 	size_t n_tokens;        /* cached tokens, summed over sequences */
 	size_t tier_bytes[3];   /* K+V bytes (with quantization parameters) per tier: hot, warm, cold */

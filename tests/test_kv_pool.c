@@ -131,7 +131,7 @@ struct acct {
 
 static void acct_page(struct acct *a, const struct kv_page *pg)
 {
-	assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
+	assert_int_equal(pg->bytes, kv_page_bytes_form(pg->cap, pg->head_dim, pg->fmt, pg->flags));
 	assert_int_equal(pg->kv_bytes, kv_page_kv_bytes(pg->cap, pg->head_dim, pg->fmt));
 	assert_true(pg->n_used <= pg->cap);
 	a->allocated += pg->bytes;
@@ -353,8 +353,9 @@ static void test_params(void **state)
 }
 
 /* Page sizes: the 32-byte header, the K and V regions of tier.h, 2-byte
- * positions (4-byte in a wide page) and 2-byte scores, a 4-byte multiple with
- * under 32 bytes of padding after K and under 4 after V and the metadata. */
+ * positions (4-byte in a wide page, 1-byte offsets) and 2-byte scores, a
+ * 4-byte multiple with under 32 bytes of padding after K and under 4 after V,
+ * the scores and the positions. */
 static void test_page_bytes(void **state)
 {
 	static const uint32_t caps[] = { 1, 3, 4, 16, 64, 4096 }, hds[] = { 4, 8, 64, 128 };
@@ -372,10 +373,16 @@ static void test_page_bytes(void **state)
 				assert_int_equal(kv_page_bytes_width(cap, hd, f, false), b);
 				assert_int_equal(b % 4, 0);
 				assert_true(b >= lo);
-				assert_true(b < lo + 31 + 3 + 3);
+				assert_true(b < lo + 31 + 3 + 3 + 3);
 				assert_int_equal(bw % 4, 0);
 				assert_true(bw >= lo + 2 * (size_t)cap);
-				assert_true(bw < lo + 2 * (size_t)cap + 31 + 3 + 3);
+				assert_true(bw < lo + 2 * (size_t)cap + 31 + 3 + 3 + 3);
+				assert_int_equal(kv_page_bytes_form(cap, hd, f, KV_PAGE_WIDE), bw);
+				assert_int_equal(kv_page_bytes_form(cap, hd, f, 0), b);
+				b = kv_page_bytes_form(cap, hd, f, KV_PAGE_POS8);
+				assert_int_equal(b % 4, 0);
+				assert_true(b >= lo - cap);
+				assert_true(b < lo - cap + 31 + 3 + 3 + 3);
 			}
 	/* the figures of tier.h, d = 64, 16 slots: K + V bytes */
 	assert_int_equal(kv_page_kv_bytes(16, 64, KV_FMT_F32), 4096 + 4096);
@@ -434,17 +441,18 @@ static void test_page_layout(void **state)
 					assert_int_equal(pg->n_used, 0);
 					assert_int_equal(pg->head_dim, hd);
 					assert_true(lo % 64 == 0);
-					/* header, K, V, positions, scores: in that order, in the page */
+					/* header, K, V, scores, positions: in that order, in the page */
 					assert_int_equal(sizeof *pg, 32);
 					assert_true((uintptr_t)pg->k % 32 == 0 && (uintptr_t)pg->k == lo + sizeof *pg);
 					assert_true((uintptr_t)pg->v % 32 == 0 &&
 						    (uintptr_t)pg->v >= (uintptr_t)pg->k + kv_tier_k_bytes(f, cap, hd));
 					assert_true(pg->meta_off % 4 == 0 &&
 						    lo + pg->meta_off >= (uintptr_t)pg->v + kv_tier_v_bytes(f, cap, hd));
-					assert_true((uintptr_t)kv_page_scores(pg) == lo + pg->meta_off + 2u * cap);
-					assert_true((uintptr_t)(kv_page_scores(pg) + cap) <= hi);
-					/* metadata: 4 bytes a slot; padding under 32 + 4 bytes */
-					assert_true(pg->bytes <= sizeof *pg + kv_page_kv_bytes(cap, hd, f) + 4u * cap + 31 + 3);
+					assert_true((uintptr_t)kv_page_scores(pg) == lo + pg->meta_off);
+					assert_true(kv_meta_pos_off(cap) >= 2u * cap && kv_meta_pos_off(cap) % 4 == 0);
+					assert_true(lo + pg->meta_off + kv_meta_pos_off(cap) + 2u * cap <= hi);
+					/* metadata: 4 bytes a slot; padding under 32 + 4 + 4 bytes */
+					assert_true(pg->bytes <= sizeof *pg + kv_page_kv_bytes(cap, hd, f) + 4u * cap + 31 + 3 + 2);
 
 					for (uint32_t s = 0; s < cap; s++)
 						kv_row(1, 0, 0, (int32_t)s, hd, K + (size_t)s * hd, V + (size_t)s * hd);
@@ -780,7 +788,9 @@ static void test_pages_on_demand(void **state)
 		kv_pool_stats(pool, &st);
 		{
 			uint32_t T = KV_UNTIDY_PAGES * KV_PAGE_MIN;
-			size_t want = (2 + T / P) * pb + (T % P ? kv_page_bytes(T % P, HD, KV_FMT_F16) : 0);
+			/* full pages of neighbours: positions as offsets (pool.h) */
+			size_t want = 2 * pb + T / P * kv_page_bytes_form(P, HD, KV_FMT_F16, KV_PAGE_POS8) +
+				      (T % P ? kv_page_bytes_form(T % P, HD, KV_FMT_F16, KV_PAGE_POS8) : 0);
 
 			assert_int_equal(st.allocated, L * H * want);
 			assert_int_equal(st.compact_slots, L * H * T);
@@ -1520,6 +1530,72 @@ static void test_score_codes(void **state)
 	}
 }
 
+/* Position forms: offsets from a base when positions span fewer than 256
+ * (and lie below KV_POS16_LIMIT), uint16_t otherwise, int32_t in a wide
+ * stream; an offset page takes exactly base..base+255 and gives every one of
+ * them back; it costs one byte a slot less than a narrow page, and the pool
+ * counts its metadata and its fixed bytes as such. */
+static void test_pos_forms(void **state)
+{
+	struct tkv_alloc a = {0};
+	struct kv_pool *pool = tu_kv_pool(0, 16, KV_FMT_F16, &a);
+	struct kv_pool_stats ps;
+	struct kv_page *pg, *narrow;
+	int why = TKV_OK;
+
+	(void)state;
+	assert_int_equal(kv_pos_form(0, 255, false), KV_PAGE_POS8);
+	assert_int_equal(kv_pos_form(7, 7, false), KV_PAGE_POS8);
+	assert_int_equal(kv_pos_form(0, 256, false), 0);
+	assert_int_equal(kv_pos_form(KV_POS16_LIMIT - 256, KV_POS16_LIMIT - 1, false), KV_PAGE_POS8);
+	assert_int_equal(kv_pos_form(KV_POS16_LIMIT - 100, KV_POS16_LIMIT, false), 0);
+	assert_int_equal(kv_pos_form(0, 3, true), KV_PAGE_WIDE);
+	for (uint32_t cap = 1; cap <= 256; cap += 51) {
+		pg = kv_pool_get_form(pool, 8, KV_FMT_Q4, cap, KV_PAGE_POS8, 1000, &why);
+		narrow = kv_pool_get(pool, 8, KV_FMT_Q4, cap, &why);
+		assert_non_null(pg);
+		assert_non_null(narrow);
+		assert_int_equal(pg->flags & KV_POS_FORMS, KV_PAGE_POS8);
+		assert_int_equal(pg->bytes, kv_page_bytes_form(cap, 8, KV_FMT_Q4, KV_PAGE_POS8));
+		assert_true(pg->bytes + cap - 3 <= narrow->bytes && pg->bytes + cap + 3 >= narrow->bytes);
+		assert_int_equal(kv_page_slot_meta(pg), 3);
+		assert_int_equal(kv_page_slot_meta(narrow), 4);
+		assert_true(kv_page_fixed(pg) >= 32 && kv_page_fixed(pg) < 32 + 31 + 3 + 3 + 3);
+		assert_false(kv_page_takes_pos(pg, 999));
+		assert_true(kv_page_takes_pos(pg, 1000));
+		assert_true(kv_page_takes_pos(pg, 1255));
+		assert_false(kv_page_takes_pos(pg, 1256));
+		assert_true(kv_page_takes_pos(narrow, 0) && kv_page_takes_pos(narrow, KV_POS16_LIMIT - 1));
+		assert_false(kv_page_takes_pos(narrow, KV_POS16_LIMIT) || kv_page_takes_pos(narrow, -1));
+		for (uint32_t off = 0; off < 256; off += cap) {
+			for (uint32_t j = 0; j < cap; j++) {
+				kv_slot_set_pos(pg, j, 1000 + (int32_t)((off + 97 * j) % 256));
+				kv_slot_set_score(pg, j, (float)j);
+			}
+			for (uint32_t j = 0; j < cap; j++) {
+				assert_int_equal(kv_slot_pos(pg, j), 1000 + (int32_t)((off + 97 * j) % 256));
+				assert_true(kv_slot_score(pg, j) == (float)j);
+			}
+		}
+		kv_slot_copy(narrow, 0, pg, 0, cap);
+		assert_true(kv_page_takes_slots(narrow, pg, 0, cap));
+		for (uint32_t j = 0; j < cap; j++)
+			assert_int_equal(kv_slot_pos(narrow, j), kv_slot_pos(pg, j));
+		kv_pool_set_used(pool, pg, cap);
+		kv_pool_set_used(pool, narrow, cap / 2);
+		kv_pool_stats(pool, &ps);
+		assert_int_equal(ps.meta_bytes, 3 * (size_t)cap + 4 * (size_t)(cap / 2));
+		assert_int_equal(ps.fixed_bytes, kv_page_fixed(pg) + kv_page_fixed(narrow));
+		kv_pool_put(pool, pg);
+		kv_pool_put(pool, narrow);
+		kv_pool_stats(pool, &ps);
+		assert_int_equal(ps.meta_bytes, 0);
+		assert_int_equal(ps.fixed_bytes, 0);
+		assert_int_equal(ps.allocated, 0);
+	}
+	kv_pool_free(pool);
+}
+
 static int demote_some(struct kv_seq *s, struct kv_stream *st, uint32_t n, uint32_t fmt, uint32_t cap, int rot);
 
 /* Positions past 16 bits: a sequence that starts 12 positions short of
@@ -2052,6 +2128,7 @@ int main(void)
 		cmocka_unit_test(test_stream_compact),
 		cmocka_unit_test(test_stream_compact_nomem),
 		cmocka_unit_test(test_score_codes),
+		cmocka_unit_test(test_pos_forms),
 		cmocka_unit_test(test_positions_past_16_bits),
 		RANDOM_TEST("f16", 0),
 		RANDOM_TEST("f32", 1),

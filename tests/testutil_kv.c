@@ -79,7 +79,7 @@ static size_t share(size_t bytes, uint32_t n_used, uint32_t cap)
  * sum over formats == sum of page bytes, used and kv_bytes exact. */
 void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n_seqs)
 {
-	size_t allocated = 0, used = 0, kvb = 0, n_pages = 0, sum_fmt = 0;
+	size_t allocated = 0, used = 0, kvb = 0, n_pages = 0, sum_fmt = 0, meta = 0, fixed = 0;
 	size_t fmt_bytes[KV_FMT_COUNT] = {0}, fmt_kv[KV_FMT_COUNT] = {0}, fmt_slots[KV_FMT_COUNT] = {0};
 	struct kv_pool_stats ps;
 
@@ -95,7 +95,7 @@ void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n
 				const struct kv_page *pg = st->pages[p];
 
 				assert_true(pg->n_used <= pg->cap);
-				assert_int_equal(pg->bytes, kv_page_bytes_width(pg->cap, pg->head_dim, pg->fmt, kv_page_wide(pg)));
+				assert_int_equal(pg->bytes, kv_page_bytes_form(pg->cap, pg->head_dim, pg->fmt, pg->flags));
 				allocated += pg->bytes;
 				used += share(pg->bytes, pg->n_used, pg->cap);
 				kvb += share(pg->kv_bytes, pg->n_used, pg->cap);
@@ -103,9 +103,15 @@ void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n
 				fmt_bytes[pg->fmt] += pg->bytes;
 				fmt_kv[pg->fmt] += share(pg->kv_bytes, pg->n_used, pg->cap);
 				fmt_slots[pg->fmt] += pg->n_used;
+				meta += (size_t)pg->n_used * kv_page_slot_meta(pg);
+				fixed += kv_page_fixed(pg);
+				/* a page's positions are all in its form's range */
+				for (uint32_t k = 0; k < pg->n_used; k++)
+					assert_true(kv_page_takes_pos(pg, kv_slot_pos(pg, k)));
 				tokens += pg->n_used;
 				st_kv += share(pg->kv_bytes, pg->n_used, pg->cap); /* the filled share (seq.h) */
-				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT)) /* where new tokens go (seq.h) */
+				/* where new tokens go (seq.h): not into a page of position offsets */
+				if (pg->fmt == st->hot_fmt && !(pg->flags & KV_PAGE_ROT) && kv_stream_takes(st, pg))
 					hot_free += pg->cap - pg->n_used;
 			}
 			if (st->n_tokens != tokens || st->hot_free != hot_free || st->kv_bytes != st_kv)
@@ -127,6 +133,8 @@ void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n
 	    ps.n_pages != n_pages)
 		fail_msg("pool: allocated %zu (formats %zu), used %zu, kv %zu, %zu pages; pages say %zu %zu %zu %zu",
 			 ps.allocated, sum_fmt, ps.used, ps.kv_bytes, ps.n_pages, allocated, used, kvb, n_pages);
+	if (ps.meta_bytes != meta || ps.fixed_bytes != fixed)
+		fail_msg("pool: metadata %zu, fixed %zu; pages say %zu %zu", ps.meta_bytes, ps.fixed_bytes, meta, fixed);
 	if (ps.budget)
 		assert_true(ps.allocated <= ps.budget && ps.peak_allocated <= ps.budget);
 }

@@ -358,6 +358,21 @@ int cli_kv_check(struct cli_args *a, const struct tkv_engine_params *ep)
 	return 0;
 }
 
+/* Pool bytes over K+V bytes and where the rest goes, each as a share of K+V. */
+static void print_pool_ratio(FILE *f, const struct tkv_kv_stats *ks)
+{
+	double kv = (double)ks->kv_bytes;
+	double empty = (double)ks->allocated - kv - (double)ks->meta_bytes - (double)ks->fixed_bytes;
+
+	if (!ks->kv_bytes) {
+		fprintf(f, "tierkv:   pool / K+V: no K+V held\n");
+		return;
+	}
+	fprintf(f, "tierkv:   pool / K+V %.3f = 1 + slot positions and scores %.3f + page headers and padding %.3f "
+		"+ empty slots %.3f\n",
+		(double)ks->allocated / kv, (double)ks->meta_bytes / kv, (double)ks->fixed_bytes / kv, empty / kv);
+}
+
 void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_bytes)
 {
 	static const char *const tier[3] = { "hot", "warm", "cold" };
@@ -377,12 +392,11 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 		cli_fmt_bytes(b1, sizeof b1, (double)ks->allocated),
 		ks->allocated ? 100.0 * (double)(ks->allocated - ks->used) / (double)ks->allocated : 0.0,
 		cli_fmt_bytes(b2, sizeof b2, (double)ks->peak_allocated));
-	fprintf(f, "tierkv:   metadata %s (positions, scores, page headers), pool / K+V %.3f, compaction: %llu runs "
-		"moved %llu slots (%s of K+V) in %.2f ms and returned %s\n",
-		cli_fmt_bytes(b1, sizeof b1, (double)(ks->used - ks->kv_bytes)),
-		ks->kv_bytes ? (double)ks->allocated / (double)ks->kv_bytes : 0.0, (unsigned long long)ks->compactions,
-		(unsigned long long)ks->compact_slots, cli_fmt_bytes(b2, sizeof b2, (double)ks->compact_bytes),
-		(double)ks->compact_ns / 1e6, cli_fmt_bytes(b3, sizeof b3, (double)ks->compact_freed));
+	print_pool_ratio(f, ks);
+	fprintf(f, "tierkv:   compaction: %llu runs moved %llu slots (%s of K+V) in %.2f ms and returned %s\n",
+		(unsigned long long)ks->compactions, (unsigned long long)ks->compact_slots,
+		cli_fmt_bytes(b2, sizeof b2, (double)ks->compact_bytes), (double)ks->compact_ns / 1e6,
+		cli_fmt_bytes(b3, sizeof b3, (double)ks->compact_freed));
 	fprintf(f, "tierkv:   evicted %llu, demoted %llu, merged %llu, governor runs %llu (caps raised %llu), "
 		"pages read %llu, cold pages skipped %llu\n",
 		(unsigned long long)ks->evicted, (unsigned long long)ks->demoted,

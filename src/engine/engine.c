@@ -197,6 +197,8 @@ void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out)
 	out->used = ps.used;
 	out->peak_allocated = ps.peak_allocated;
 	out->kv_bytes = ps.kv_bytes;
+	out->meta_bytes = ps.meta_bytes;
+	out->fixed_bytes = ps.fixed_bytes;
 	out->n_pages = ps.n_pages;
 	for (struct tkv_seq *s = e->seqs; s; s = s->next) {
 		seq_stats_add(s->kv, out);
@@ -240,6 +242,8 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
 			out->allocated += pg->bytes;
 			out->used += kv_share(pg->bytes, pg->n_used, pg->cap);
 			out->kv_bytes += kv_page_share(pg, pg->n_used);
+			out->meta_bytes += (size_t)pg->n_used * kv_page_slot_meta(pg);
+			out->fixed_bytes += kv_page_fixed(pg);
 			out->n_pages++;
 		}
 	}

@@ -74,6 +74,15 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 	kv_stream_set_used(s, st, a, na);
 }
 
+/* Whether page b takes the positions of the slots a move from a would
+ * bring (a's last ones, as many as b has room for). */
+static bool takes_last(const struct kv_page *b, const struct kv_page *a)
+{
+	uint32_t m = a->n_used < b->cap - b->n_used ? a->n_used : b->cap - b->n_used;
+
+	return kv_page_takes_slots(b, a, a->n_used - m, m);
+}
+
 /* In-place packing of one group, without new pages: slots of the emptiest
  * partial page move into the fullest partner, so each move empties a page or
  * fills one, until one partial page is left. */
@@ -112,7 +121,7 @@ static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, u
 			for (uint32_t j = 0; j < st->n_pages; j++) {
 				struct kv_page *pj = st->pages[j];
 
-				if (j == i || !in_group(pj, fmt, rot) || !partial(pj))
+				if (j == i || !in_group(pj, fmt, rot) || !partial(pj) || !takes_last(pj, pi))
 					continue;
 				if (!a || pi->n_used < a->n_used || (pi == a && pj->n_used > b->n_used)) {
 					a = pi;
@@ -183,6 +192,8 @@ struct rebuild_buf {
 	float *K, *V;             /* (T, d) */
 	uint16_t *score;          /* (T) score codes */
 	int32_t *pos;             /* (T) */
+	uint32_t *order;          /* [n_loose] the loose pages' indices, by their least position */
+	uint32_t n_order;
 };
 
 static int buf_init(struct kv_seq *s, struct rebuild_buf *b, uint32_t n_new, uint32_t n_loose, uint32_t T)
@@ -195,11 +206,13 @@ static int buf_init(struct kv_seq *s, struct rebuild_buf *b, uint32_t n_new, uin
 	b->pos = tkv_malloc(s->alloc, (size_t)T * sizeof *b->pos);
 	b->score = tkv_malloc(s->alloc, (size_t)T * sizeof *b->score);
 	b->src = tkv_malloc(s->alloc, (size_t)n_loose * sizeof *b->src);
-	return b->fresh && b->K && b->V && b->pos && b->score && b->src ? TKV_OK : TKV_ERR_NOMEM;
+	b->order = tkv_malloc(s->alloc, (size_t)n_loose * sizeof *b->order);
+	return b->fresh && b->K && b->V && b->pos && b->score && b->src && b->order ? TKV_OK : TKV_ERR_NOMEM;
 }
 
 static void buf_free(struct kv_seq *s, struct rebuild_buf *b)
 {
+	tkv_free(s->alloc, b->order);
 	tkv_free(s->alloc, b->src);
 	tkv_free(s->alloc, b->score);
 	tkv_free(s->alloc, b->pos);
@@ -208,24 +221,79 @@ static void buf_free(struct kv_seq *s, struct rebuild_buf *b)
 	tkv_free(s->alloc, b->fresh);
 }
 
-/* Gathers the group's slots (in page order) into b and empties their pages,
- * which stay in the stream until the caller drops them, so their grids stay
- * readable. Returns the number of pages it came from. */
-static uint32_t lift(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct rebuild_buf *b)
+static int32_t least_pos(const struct kv_page *pg)
+{
+	int32_t lo = INT32_MAX;
+
+	for (uint32_t j = 0; j < pg->n_used; j++)
+		if (kv_slot_pos(pg, j) < lo)
+			lo = kv_slot_pos(pg, j);
+	return lo;
+}
+
+/* The order lift takes the group's loose pages in: by their least position,
+ * so each new page gets neighbours (compact position offsets, pool.h); and
+ * their slots' positions in that order into b->pos. */
+static void plan_order(const struct kv_stream *st, uint32_t fmt, uint32_t rot, struct rebuild_buf *b)
+{
+	uint32_t t = 0;
+
+	b->n_order = 0;
+	for (uint32_t i = 0; i < st->n_pages; i++) {
+		uint32_t k = b->n_order;
+		int32_t lo;
+
+		if (!in_group(st->pages[i], fmt, rot) || !loose(st, st->pages[i]))
+			continue;
+		lo = least_pos(st->pages[i]);
+		/* insertion: a stream has few loose pages */
+		for (; k > 0 && least_pos(st->pages[b->order[k - 1]]) > lo; k--)
+			b->order[k] = b->order[k - 1];
+		b->order[k] = i;
+		b->n_order++;
+	}
+	for (uint32_t k = 0; k < b->n_order; k++) {
+		const struct kv_page *pg = st->pages[b->order[k]];
+
+		for (uint32_t j = 0; j < pg->n_used; j++)
+			b->pos[t++] = kv_slot_pos(pg, j);
+	}
+}
+
+/* A new page of stream st for gathered slots at positions pos[0, n): the
+ * most compact position form that holds them, except for a page with room
+ * that new tokens may fill (the stream's hot format, not rotated), which
+ * takes any position. */
+static struct kv_page *fresh_page(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t rot,
+				  uint32_t cap, const int32_t *pos, uint32_t n, int *why)
+{
+	int32_t lo = INT32_MAX, hi = INT32_MIN;
+	uint32_t form = rot & KV_PAGE_WIDE;
+
+	for (uint32_t j = 0; j < n; j++) {
+		lo = pos[j] < lo ? pos[j] : lo;
+		hi = pos[j] > hi ? pos[j] : hi;
+	}
+	if (n && (n == cap || fmt != st->hot_fmt || (rot & KV_PAGE_ROT)))
+		form = kv_pos_form(lo, hi, form != 0);
+	return kv_pool_get_form(s->pool, s->head_dim, fmt, cap, form, lo, why);
+}
+
+/* Gathers the group's slots (in plan_order's order, whose positions b->pos
+ * already has) into b and empties their pages, which stay in the stream
+ * until the caller drops them, so their grids stay readable. Returns the
+ * number of pages it came from. */
+static uint32_t lift(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, struct rebuild_buf *b)
 {
 	uint32_t d = s->head_dim, t = 0, n_src = 0;
 
-	for (uint32_t i = 0; i < st->n_pages; i++) {
-		struct kv_page *pg = st->pages[i];
+	for (uint32_t i = 0; i < b->n_order; i++) {
+		struct kv_page *pg = st->pages[b->order[i]];
 		uint32_t n = pg->n_used;
 
-		if (!in_group(pg, fmt, rot) || !loose(st, pg))
-			continue;
 		b->src[n_src++] = (struct slot_src){ pg, t, n };
 		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, b->K + (size_t)t * d);
 		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, b->V + (size_t)t * d);
-		for (uint32_t j = 0; j < n; j++)
-			b->pos[t + j] = kv_slot_pos(pg, j);
 		memcpy(b->score + t, kv_page_scores(pg), n * sizeof *b->score);
 		t += n;
 		kv_stream_set_used(s, st, pg, 0);
@@ -279,7 +347,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 {
 	struct group g = measure(st, fmt, rot);
 	uint32_t M = full_cap(st, fmt), n_new = g.T / M + (g.T % M != 0), got = 0, n_src, t = 0;
-	struct rebuild_buf b = { NULL, NULL, NULL, NULL, NULL, NULL };
+	struct rebuild_buf b = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0 };
 	int why = TKV_OK;
 
 	/* worth it when the empty slots pass a share of what the stream holds,
@@ -293,13 +361,15 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 		buf_free(s, &b);
 		return TKV_ERR_NOMEM;
 	}
+	plan_order(st, fmt, rot, &b);
 	/* the new pages first: the old ones go back once their slots are safe;
 	 * the last one has the room a growing stream's page may have, so the
 	 * next slots land there instead of in a new page to be merged again */
 	for (; got < n_new; got++) {
 		uint32_t cap = got < g.T / M ? M : kv_stream_tail_cap(s, st, fmt, g.T % M, M);
+		uint32_t n = cap < g.T - got * M ? cap : g.T - got * M;
 
-		if (!(b.fresh[got] = kv_pool_get_width(s->pool, s->head_dim, fmt, cap, rot & KV_PAGE_WIDE, &why)))
+		if (!(b.fresh[got] = fresh_page(s, st, fmt, rot, cap, b.pos + (size_t)got * M, n, &why)))
 			break;
 	}
 	if (got < n_new) {
@@ -308,7 +378,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 		buf_free(s, &b);
 		return why;
 	}
-	n_src = lift(s, st, fmt, rot, &b);
+	n_src = lift(s, st, fmt, &b);
 	for (uint32_t j = 0; j < n_new; j++) {
 		struct kv_page *pg = b.fresh[j];
 		uint32_t n = pg->cap < g.T - t ? pg->cap : g.T - t;

@@ -583,6 +583,13 @@ struct moved {
 	uint8_t target;
 };
 
+static int cmp_moved_pos(const void *a, const void *b)
+{
+	const struct moved *x = a, *y = b;
+
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
 /* Keys must be this alike (cosine) for a merge: averaging the values of keys
  * that point elsewhere moves attention mass to the wrong content. */
 #define KV_MERGE_MIN_COS 0.9f
@@ -662,9 +669,9 @@ static uint32_t top_up_rows(struct kv_seq *s, struct kv_stream *st, uint32_t fmt
 		struct kv_page *pg = st->pages[p];
 		uint32_t n = pg->n_used;
 
-		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_takes(st, pg))
+		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_tops_up(st, pg))
 			continue;
-		while (n < pg->cap && done < n_mv) {
+		while (n < pg->cap && done < n_mv && kv_page_takes_pos(pg, mv[done].pos)) {
 			struct moved *m = &mv[done++];
 
 			if (rot) {
@@ -693,9 +700,13 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 		struct kv_page *pg = st->pages[p];
 		uint32_t n = pg->n_used, add;
 
-		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_takes(st, pg))
+		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_tops_up(st, pg))
 			continue;
-		add = pg->cap - n < n_mv ? pg->cap - n : n_mv;
+		/* the slots its position form takes, from the first */
+		for (add = 0; add < pg->cap - n && add < n_mv && kv_page_takes_pos(pg, mv[add].pos); add++)
+			;
+		if (add == 0)
+			continue;
 		for (uint32_t j = 0; j < n; j++) {
 			kv_tier_load_k(fmt, pg->k, pg->cap, d, j, K + (size_t)j * d);
 			kv_tier_load_v(fmt, pg->v, pg->cap, d, j, V + (size_t)j * d);
@@ -731,7 +742,8 @@ static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, b
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
 		uint32_t pc = n < cap && !kv_fmt_packed(fmt) ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
-		struct kv_page *pg = kv_stream_new_page(s, st, fmt, pc, why);
+		/* mv is by position (land): the page's positions span this */
+		struct kv_page *pg = kv_stream_new_page_for(s, st, fmt, pc, mv[done].pos, mv[done + n - 1].pos, why);
 
 		if (!pg)
 			break;
@@ -778,10 +790,12 @@ static int land(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 		struct moved *mv, uint32_t n_mv, float *K, float *V)
 {
 	bool rot = c->rotate && fmt != c->hot_fmt && fmt != st->hot_fmt;
-	uint32_t done = kv_fmt_packed(fmt) ? top_up_packed(s, st, fmt, rot, mv, n_mv, K, V)
-					   : top_up_rows(s, st, fmt, rot, mv, n_mv);
+	uint32_t done;
 	int why = TKV_OK;
 
+	/* by position, so a page takes neighbours (compact position offsets) */
+	qsort(mv, n_mv, sizeof *mv, cmp_moved_pos);
+	done = kv_fmt_packed(fmt) ? top_up_packed(s, st, fmt, rot, mv, n_mv, K, V) : top_up_rows(s, st, fmt, rot, mv, n_mv);
 	done += land_new(s, st, fmt, rot, mv + done, n_mv - done, K, V, &why);
 	if (done < n_mv) {
 		st->evicted += n_mv - done;

@@ -39,25 +39,29 @@ struct page_layout {
 	size_t v, meta, end;
 };
 
-static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide)
+static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form)
 {
 	struct page_layout l;
 
 	l.v = ROUND_UP(sizeof(struct kv_page) + kv_tier_k_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
 	l.meta = ROUND_UP(l.v + kv_tier_v_bytes(fmt, cap, head_dim), KV_META_ALIGN);
-	l.end = ROUND_UP(l.meta + (size_t)cap * ((wide ? sizeof(int32_t) : sizeof(uint16_t)) + sizeof(uint16_t)),
-			 KV_META_ALIGN);
+	l.end = ROUND_UP(l.meta + kv_meta_pos_off(cap) + (size_t)cap * kv_pos_bytes(form), KV_META_ALIGN);
 	return l;
 }
 
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 {
-	return layout(cap, head_dim, fmt, false).end;
+	return layout(cap, head_dim, fmt, 0).end;
 }
 
 size_t kv_page_bytes_width(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide)
 {
-	return layout(cap, head_dim, fmt, wide).end;
+	return layout(cap, head_dim, fmt, wide ? KV_PAGE_WIDE : 0).end;
+}
+
+size_t kv_page_bytes_form(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form)
+{
+	return layout(cap, head_dim, fmt, form & KV_POS_FORMS).end;
 }
 
 int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tkv_alloc *a,
@@ -125,7 +129,13 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, 
 struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, bool wide,
 				  int *why)
 {
-	struct page_layout lay = layout(cap, head_dim, fmt, wide);
+	return kv_pool_get_form(p, head_dim, fmt, cap, wide ? KV_PAGE_WIDE : 0, 0, why);
+}
+
+struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
+				 int32_t pos_base, int *why)
+{
+	struct page_layout lay = layout(cap, head_dim, fmt, form & KV_POS_FORMS);
 	size_t bytes = lay.end;
 	struct kv_page *pg;
 	unsigned char *base;
@@ -152,7 +162,8 @@ struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t
 	pg = (struct kv_page *)base;
 	memset(pg, 0, sizeof *pg);
 	pg->fmt = (uint8_t)fmt;
-	pg->flags = wide ? KV_PAGE_WIDE : 0;
+	pg->flags = (uint8_t)(form & KV_POS_FORMS);
+	pg->pos_base = form & KV_PAGE_POS8 ? (uint16_t)pos_base : 0;
 	pg->refs = 1;
 	pg->cap = (uint16_t)cap;
 	pg->head_dim = (uint16_t)head_dim;
@@ -166,6 +177,7 @@ struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t
 		p->st.peak_allocated = p->st.allocated;
 	p->st.n_pages++;
 	p->st.fmt_bytes[fmt] += bytes;
+	p->st.fixed_bytes += kv_page_fixed(pg);
 	p->st.pages_allocated++;
 	pthread_mutex_unlock(&p->lock);
 	return pg;
@@ -181,6 +193,8 @@ static void set_used_locked(struct kv_pool *p, struct kv_page *pg, uint32_t n)
 	p->st.fmt_kv_bytes[pg->fmt] += kv_share(pg->kv_bytes, n, pg->cap);
 	p->st.fmt_slots[pg->fmt] -= pg->n_used;
 	p->st.fmt_slots[pg->fmt] += n;
+	p->st.meta_bytes -= (size_t)pg->n_used * kv_page_slot_meta(pg);
+	p->st.meta_bytes += (size_t)n * kv_page_slot_meta(pg);
 	pg->n_used = (uint16_t)n;
 }
 
@@ -192,6 +206,7 @@ void kv_pool_put(struct kv_pool *p, struct kv_page *pg)
 	set_used_locked(p, pg, 0);
 	p->st.allocated -= pg->bytes;
 	p->st.fmt_bytes[pg->fmt] -= pg->bytes;
+	p->st.fixed_bytes -= kv_page_fixed(pg);
 	p->st.n_pages--;
 	pthread_mutex_unlock(&p->lock);
 	tkv_free(p->alloc, pg);

@@ -7,19 +7,29 @@
  *   struct kv_page           header, 32 bytes (this struct)
  *   K region                 kv_tier_k_bytes(fmt, cap, d), right after it
  *   V region                 kv_tier_v_bytes(fmt, cap, d)
- *   pos[cap]                 original position of each slot (keys are stored
- *                            after RoPE at that position), exact: uint16_t,
- *                            or int32_t in a KV_PAGE_WIDE page
  *   score[cap]               importance of each slot (kept by the policies):
  *                            uint16_t codes, kv_score_enc / kv_score_dec
+ *   pos[cap]                 original position of each slot (keys are stored
+ *                            after RoPE at that position), exact, at a 4-byte
+ *                            boundary, in the page's position form:
+ *                              KV_PAGE_POS8  uint8_t offsets from pos_base
+ *                              (neither)     uint16_t
+ *                              KV_PAGE_WIDE  int32_t
  *
- * Metadata is 4 bytes a slot (6 in a wide page) and 32 bytes a page. Slot
- * positions go through kv_slot_pos / kv_slot_set_pos and scores through
- * kv_slot_score / kv_slot_set_score, never through the arrays directly.
+ * Metadata is 3 bytes a slot with offsets (4 with uint16_t positions, 6 in a
+ * wide page) and 32 bytes a page. Slot positions go through kv_slot_pos /
+ * kv_slot_set_pos and scores through kv_slot_score / kv_slot_set_score,
+ * never through the arrays directly.
  *
- * Positions: a narrow page holds positions 0..65535 only (KV_POS16_LIMIT); a
- * stream whose sequence passes that takes wide pages from then on (seq.h). A
- * position is never rounded: masks and RoPE see the one the token had.
+ * Positions: the form is fixed when a page is made (kv_pool_get_form) and
+ * says which positions it takes (kv_page_takes_pos): an offset page
+ * pos_base..pos_base+255, a narrow page 0..65535 (KV_POS16_LIMIT), a wide one
+ * any. Pages made for slots whose positions are known (warm and cold pages
+ * the policy fills, compaction's rewrites, stored prefixes) take offsets
+ * when those span fewer than 256 positions; pages new tokens go into are
+ * narrow, and a stream whose sequence passes KV_POS16_LIMIT takes wide pages
+ * from then on (seq.h). A position is never rounded: masks and RoPE see the
+ * one the token had.
  *
  * Scores: an unsigned 16-bit float, 6 bits of exponent and 10 of mantissa,
  * i.e. log-scaled in octaves from 2^-32 to 2^32 with 1024 linear steps in
@@ -63,7 +73,12 @@ enum kv_page_flags {
 	KV_PAGE_FROZEN = 2,  /* in the prefix tree: read-only for every holder */
 	KV_PAGE_DIRTY = 4,   /* a slot was rewritten in place (no longer pristine) */
 	KV_PAGE_WIDE = 8,    /* positions are int32_t (else uint16_t, below KV_POS16_LIMIT) */
+	KV_PAGE_POS8 = 16,   /* positions are uint8_t offsets from pos_base */
 };
+
+/* The bits of a page's flags that say how it stores positions: its position
+ * form, fixed when the page is made (kv_pool_get_form). */
+#define KV_POS_FORMS (KV_PAGE_WIDE | KV_PAGE_POS8)
 
 /* Positions a narrow page can hold: 0..KV_POS16_LIMIT-1. */
 #define KV_POS16_LIMIT 65536
@@ -82,7 +97,7 @@ struct kv_page {
 	uint16_t cap;        /* slots in this page, 1..KV_PAGE_MAX_CAP */
 	uint16_t n_used;     /* slots filled, 0..n_used-1 */
 	uint16_t head_dim;   /* at most KV_MAX_HEAD_DIM */
-	uint16_t reserved;
+	uint16_t pos_base;   /* KV_PAGE_POS8: what the offsets count from */
 	uint32_t meta_off;   /* offset of pos[cap] from the page's start; score[cap] follows */
 	_Alignas(32) unsigned char k[]; /* K region */
 };
@@ -101,6 +116,10 @@ struct kv_pool_stats {
 	size_t peak_allocated;    /* high-water mark of allocated */
 	size_t n_pages;           /* live pages */
 	size_t kv_bytes;          /* filled share of the K and V regions */
+	size_t meta_bytes;        /* positions and scores of filled slots */
+	size_t fixed_bytes;       /* headers and alignment padding of live pages
+				   * (allocated - kv_bytes - meta_bytes - fixed_bytes:
+				   * empty slots, the fragmentation) */
 	size_t fmt_bytes[KV_FMT_ALL];      /* allocated bytes per format */
 	size_t fmt_kv_bytes[KV_FMT_ALL];   /* filled K+V bytes per format */
 	size_t fmt_slots[KV_FMT_ALL];      /* filled slots per format */
@@ -128,6 +147,8 @@ void kv_pool_free(struct kv_pool *p);
  * positions) / its K+V regions. */
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 size_t kv_page_bytes_width(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide);
+/* ... with positions of form `form` (KV_POS_FORMS bits; kv_pos_form). */
+size_t kv_page_bytes_form(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form);
 size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 
 /* floor(bytes * n / cap) for n <= cap, exact in ISO C integers: with
@@ -153,6 +174,11 @@ struct kv_page *kv_pool_get(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, 
  * (below KV_POS16_LIMIT) when not. */
 struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, bool wide,
 				  int *why);
+/* The same with positions of form `form` (KV_POS_FORMS bits; kv_pos_form):
+ * with KV_PAGE_POS8 the page takes positions base..base+255 (base below
+ * KV_POS16_LIMIT). */
+struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
+				 int32_t base, int *why);
 /* Returns a page (may be NULL) whatever its holders. */
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg);
 /* Drops one holder; the last one returns the page. Holders are counted by the
@@ -199,28 +225,66 @@ static inline bool kv_page_wide(const struct kv_page *pg)
 	return (pg->flags & KV_PAGE_WIDE) != 0;
 }
 
+/* Bytes of one position in a page of position form `form` (KV_POS_FORMS bits). */
+static inline uint32_t kv_pos_bytes(uint32_t form)
+{
+	return form & KV_PAGE_WIDE ? 4 : form & KV_PAGE_POS8 ? 1 : 2;
+}
+
+/* Offset of the positions from the score codes (which start the metadata):
+ * past cap codes, at a 4-byte boundary. */
+static inline size_t kv_meta_pos_off(uint32_t cap)
+{
+	return ((size_t)cap * sizeof(uint16_t) + 3) & ~(size_t)3;
+}
+
+/* The position form for slots at positions lo..hi (lo <= hi) in a stream
+ * that is wide or not: offsets when they span fewer than 256 (and lie below
+ * KV_POS16_LIMIT), else uint16_t, int32_t when wide. */
+static inline uint32_t kv_pos_form(int32_t lo, int32_t hi, bool wide)
+{
+	if (wide)
+		return KV_PAGE_WIDE;
+	return hi - lo < 256 && lo >= 0 && hi < KV_POS16_LIMIT ? KV_PAGE_POS8 : 0;
+}
+
+/* Whether a page's position form holds pos (any filled slot may be anywhere
+ * in its range: ranges are fixed when the page is made). */
+static inline bool kv_page_takes_pos(const struct kv_page *pg, int32_t pos)
+{
+	if (pg->flags & KV_PAGE_WIDE)
+		return true;
+	if (pg->flags & KV_PAGE_POS8)
+		return pos >= (int32_t)pg->pos_base && pos - (int32_t)pg->pos_base < 256;
+	return pos >= 0 && pos < KV_POS16_LIMIT;
+}
+
 static inline int32_t kv_slot_pos(const struct kv_page *pg, uint32_t j)
 {
-	const unsigned char *m = (const unsigned char *)pg + pg->meta_off;
+	const unsigned char *m = (const unsigned char *)pg + pg->meta_off + kv_meta_pos_off(pg->cap);
 
+	if (pg->flags & KV_PAGE_POS8)
+		return (int32_t)pg->pos_base + m[j];
 	return kv_page_wide(pg) ? ((const int32_t *)(const void *)m)[j] : ((const uint16_t *)(const void *)m)[j];
 }
 
-/* pos must be in 0..KV_POS16_LIMIT-1 unless the page is wide. */
+/* pos must be one kv_page_takes_pos(pg, pos) holds. */
 static inline void kv_slot_set_pos(struct kv_page *pg, uint32_t j, int32_t pos)
 {
-	unsigned char *m = (unsigned char *)pg + pg->meta_off;
+	unsigned char *m = (unsigned char *)pg + pg->meta_off + kv_meta_pos_off(pg->cap);
 
-	if (kv_page_wide(pg))
+	if (pg->flags & KV_PAGE_POS8)
+		m[j] = (uint8_t)(pos - (int32_t)pg->pos_base);
+	else if (kv_page_wide(pg))
 		((int32_t *)(void *)m)[j] = pos;
 	else
 		((uint16_t *)(void *)m)[j] = (uint16_t)pos;
 }
 
-/* The score codes of a page: [cap], after the positions. */
+/* The score codes of a page: [cap], at the start of the metadata. */
 static inline uint16_t *kv_page_scores(const struct kv_page *pg)
 {
-	return (uint16_t *)(void *)((unsigned char *)pg + pg->meta_off + (size_t)pg->cap * (kv_page_wide(pg) ? 4 : 2));
+	return (uint16_t *)(void *)((unsigned char *)pg + pg->meta_off);
 }
 
 static inline float kv_slot_score(const struct kv_page *pg, uint32_t j)
@@ -233,14 +297,35 @@ static inline void kv_slot_set_score(struct kv_page *pg, uint32_t j, float score
 	kv_page_scores(pg)[j] = kv_score_enc(score);
 }
 
+/* Bytes of one slot's position and score in a page. */
+static inline uint32_t kv_page_slot_meta(const struct kv_page *pg)
+{
+	return kv_pos_bytes(pg->flags) + (uint32_t)sizeof(uint16_t);
+}
+
+/* A page's bytes no slot owns: its header and alignment padding. */
+static inline size_t kv_page_fixed(const struct kv_page *pg)
+{
+	return pg->bytes - pg->kv_bytes - (size_t)pg->cap * kv_page_slot_meta(pg);
+}
+
 /* Copies the positions and scores of n slots from src (from slot sj) to dst
  * (from slot dj); scores keep their codes. dst must take the positions
- * (wide, or all of them below KV_POS16_LIMIT). */
+ * (kv_page_takes_pos). */
 static inline void kv_slot_copy(struct kv_page *dst, uint32_t dj, const struct kv_page *src, uint32_t sj, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
 		kv_slot_set_pos(dst, dj + i, kv_slot_pos(src, sj + i));
 	memmove(kv_page_scores(dst) + dj, kv_page_scores(src) + sj, n * sizeof(uint16_t));
+}
+
+/* Whether page pg takes every position of slots [j, j + n) of src. */
+static inline bool kv_page_takes_slots(const struct kv_page *pg, const struct kv_page *src, uint32_t j, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (!kv_page_takes_pos(pg, kv_slot_pos(src, j + i)))
+			return false;
+	return true;
 }
 
 /* Slot access for pages of any format (per-slot formats store in place;

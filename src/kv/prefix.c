@@ -332,12 +332,12 @@ int kv_stream_cow(struct kv_seq *s, struct kv_stream *st, uint32_t i)
 	struct kv_page *old = st->pages[i], *pg;
 	int why;
 
-	pg = kv_pool_get_width(s->pool, old->head_dim, old->fmt, old->cap, kv_page_wide(old), &why);
+	pg = kv_pool_get_form(s->pool, old->head_dim, old->fmt, old->cap, old->flags, old->pos_base, &why);
 	if (!pg)
 		return why;
 	/* same shape, same layout: copy everything after the header */
 	memcpy(pg->k, old->k, old->bytes - sizeof *old);
-	pg->flags = old->flags & (KV_PAGE_ROT | KV_PAGE_WIDE);
+	pg->flags = old->flags & (KV_PAGE_ROT | KV_POS_FORMS);
 	kv_pool_set_used(s->pool, pg, old->n_used);
 	st->pages[i] = pg;
 	kv_page_unref(s->pool, old);

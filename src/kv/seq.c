@@ -125,6 +125,12 @@ struct kv_page *kv_stream_new_page(struct kv_seq *s, const struct kv_stream *st,
 	return kv_pool_get_width(s->pool, s->head_dim, fmt, cap, st->wide, why);
 }
 
+struct kv_page *kv_stream_new_page_for(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
+				       int32_t lo, int32_t hi, int *why)
+{
+	return kv_pool_get_form(s->pool, s->head_dim, fmt, cap, kv_pos_form(lo, hi, st->wide), lo, why);
+}
+
 /* Free slots and the tail of st's hot pages, counted again (after the hot
  * format or the width changed). */
 static void recount_hot(struct kv_stream *st)
@@ -446,7 +452,7 @@ void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d)
  * fill; NULL with *why set when the pool refuses. */
 static struct kv_page *page_copy(struct kv_pool *p, const struct kv_page *src, int *why)
 {
-	struct kv_page *pg = kv_pool_get_width(p, src->head_dim, src->fmt, src->cap, kv_page_wide(src), why);
+	struct kv_page *pg = kv_pool_get_form(p, src->head_dim, src->fmt, src->cap, src->flags, src->pos_base, why);
 
 	if (!pg)
 		return NULL;

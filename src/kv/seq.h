@@ -130,16 +130,30 @@ void kv_seq_append(struct kv_seq *s, uint32_t layer, uint32_t head, int32_t pos,
  * semantic priorities compare keys with). */
 void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d);
 
-/* Whether page pg of stream st may take more slots (any position the
- * stream holds): a wide page, or any page before the stream went wide. */
+/* Whether page pg of stream st may take more slots at any position the
+ * stream holds: a wide page, or a narrow one before the stream went wide;
+ * never a page of position offsets (it takes only its range: the policy's
+ * top-ups check each position, kv_page_takes_pos), so new tokens and shared
+ * slots never go there. */
 static inline bool kv_stream_takes(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return !st->wide || kv_page_wide(pg);
+	return (!st->wide || kv_page_wide(pg)) && !(pg->flags & KV_PAGE_POS8);
+}
+
+/* Whether the policy may top page pg up with slots whose positions it
+ * takes (kv_page_takes_pos): kv_stream_takes, or a page of offsets. */
+static inline bool kv_stream_tops_up(const struct kv_stream *st, const struct kv_page *pg)
+{
+	return kv_stream_takes(st, pg) || (pg->flags & KV_PAGE_POS8);
 }
 /* A new empty page for stream st (narrow or wide as the stream is); NULL
  * with *why set when the pool refuses. Ownership: the caller's until added. */
 struct kv_page *kv_stream_new_page(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
 				   int *why);
+/* The same for slots at positions lo..hi only (lo <= hi): the most compact
+ * position form that holds them (kv_pos_form); it takes no others. */
+struct kv_page *kv_stream_new_page_for(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
+				       int32_t lo, int32_t hi, int *why);
 
 /* Page bookkeeping for the policy, keeping n_tokens, hot_free, tail and
  * kv_bytes exact: */

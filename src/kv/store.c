@@ -290,8 +290,9 @@ int kv_store_decode(const struct kv_store_geom *g, uint32_t c, const uint8_t *bu
 	for (size_t i = 0; i < n_streams; i++, reg += kb + vb) {
 		int why = TKV_ERR_NOMEM;
 		/* a chunk's positions: c * P .. c * P + P - 1 */
+		int32_t p0 = (int32_t)(c * g->P), p1 = p0 + (int32_t)g->P - 1;
 		bool wide = (uint64_t)(c + 1) * g->P > KV_POS16_LIMIT;
-		struct kv_page *pg = kv_pool_get_width(pool, g->head_dim, g->fmt, g->P, wide, &why);
+		struct kv_page *pg = kv_pool_get_form(pool, g->head_dim, g->fmt, g->P, kv_pos_form(p0, p1, wide), p0, &why);
 
 		if (!pg) {
 			while (i > 0)
