@@ -35,6 +35,7 @@
 #define GM_TIGHTCAP (1u << 8)  /* attention soft-cap 4 instead, where random logits reach it */
 #define GM_ORIG32   (1u << 9)  /* LongRoPE's original context 32, not 4096: a 64-token test
 				* context takes the long factors */
+#define GM_ROUTER8  (1u << 10) /* router logits of spread 8, not 2 (see gm_experts) */
 
 struct gm_shape {
 	const char *name;
@@ -98,7 +99,7 @@ static const struct gm_shape gm_shapes[] = {
 	 * Mixtral-like llama (8 experts, 2 a token, 8 layers) on Mistral's vocabulary */
 	{ "qwen3-30b-a3b", "qwen3moe", 2048, 4, 32, 4, 6144, 151936, 40960, 1000000.0f, 1e-6f, 128, 0, 0, GM_QK_NORM,
 	  "qwen2", 128, 8, 768 },
-	{ "mixtral-mini", "llama", 1024, 8, 16, 4, 2816, 32000, 32768, 1000000.0f, 1e-5f, 64, 0, 0, 0, "llama-spm",
+	{ "mixtral-mini", "llama", 1024, 8, 16, 4, 2816, 32000, 32768, 1000000.0f, 1e-5f, 64, 0, 0, GM_ROUTER8, "llama-spm",
 	  8, 2, 0 },
 	/* each family small, on models/kjv-2048.gguf's vocabulary, windows of 16
 	 * tokens, for the tests (tests/cli_families.sh) */
@@ -522,7 +523,11 @@ static struct gm_tensor *gm_add(struct gm_list *L, const char *name, uint32_t n_
 /* A layer's routed experts: the router (f32, as llama.cpp's converter and
  * llama-quantize keep it) with logits of about GM_ROUTER_LOGIT standard
  * deviations, so that the top experts stand apart from the rest, and the
- * three 3-D stacks of experts. */
+ * three 3-D stacks of experts. Choosing 2 of 8 experts, a spread of 2 left
+ * enough near-ties between the second and third expert over 4 layers x 512
+ * tokens that float rounding flipped choices, each moving half the FFN
+ * (mixtral-mini at f16: llama.cpp against itself with -fa off, KL 3.9e-3):
+ * GM_ROUTER8 shapes get 4 times the spread. */
 static void gm_experts(const struct gm_opts *o, struct gm_list *L, uint32_t l)
 {
 	const struct gm_shape *sh = o->shape;
@@ -530,7 +535,8 @@ static void gm_experts(const struct gm_opts *o, struct gm_list *L, uint32_t l)
 	char nm[64];
 
 #define NM(s) (snprintf(nm, sizeof nm, "blk.%u." s, l), nm)
-	gm_add(L, NM("ffn_gate_inp.weight"), 2, D, sh->n_expert, TKV_F32, 0.0f, (float)(GM_ROUTER_LOGIT / sqrt(D)));
+	gm_add(L, NM("ffn_gate_inp.weight"), 2, D, sh->n_expert, TKV_F32, 0.0f,
+	       (float)(GM_ROUTER_LOGIT * (sh->flags & GM_ROUTER8 ? 4.0 : 1.0) / sqrt(D)));
 	gm_add(L, NM("ffn_gate_exps.weight"), 3, D, F, o->type, 0.0f, GM_STD)->ne[2] = sh->n_expert;
 	gm_add(L, NM("ffn_down_exps.weight"), 3, F, D, o->type, 0.0f, GM_STD)->ne[2] = sh->n_expert;
 	gm_add(L, NM("ffn_up_exps.weight"), 3, D, F, o->type, 0.0f, GM_STD)->ne[2] = sh->n_expert;
