@@ -58,6 +58,8 @@ static void bench_help(void)
 	       "      --policies LIST   KV policies to compare, comma-separated or 'all' (default full)\n"
 	       "      --budgets LIST    per-sequence K+V caps as fractions of the full f16 cache at\n"
 	       "                        the test's final length (default 1: no cap)\n"
+	       "      --budget-at N     budgets are fractions of the full f16 cache at N tokens, the\n"
+	       "                        same bytes at every depth (default: each test's own length)\n"
 	       "      --kv-* options    as for run (--kv-cold-skip, --kv-hot, --kv-type, ...);\n"
 	       "                        --kv-mem is unlimited unless given\n"
 	       "  -o, --output FMT      md (table, default) or json (JSON lines) on stdout\n"
@@ -68,7 +70,7 @@ static void bench_help(void)
 
 struct bench_opts {
 	const char *model, *json_path;
-	long n_prompt, n_gen, reps, threads, batch;
+	long n_prompt, n_gen, reps, threads, batch, budget_at;
 	long depths[BENCH_MAX_DEPTHS];
 	int n_depths;
 	int json_stdout, no_bw;
@@ -110,6 +112,7 @@ static const struct cli_opt bench_opts_table[] = {
 	{ "-r", "--repetitions", CLI_OPT_LONG, offsetof(struct bench_opts, reps), 1, BENCH_MAX_REPS },
 	{ "-t", "--threads", CLI_OPT_LONG, offsetof(struct bench_opts, threads), 1, 512 },
 	{ "-b", "--batch-size", CLI_OPT_LONG, offsetof(struct bench_opts, batch), 1, 65536 },
+	{ NULL, "--budget-at", CLI_OPT_LONG, offsetof(struct bench_opts, budget_at), 1, 1L << 24 },
 	{ NULL, "--json", CLI_OPT_STR, offsetof(struct bench_opts, json_path), 0, 0 },
 	{ NULL, "--no-bandwidth", CLI_OPT_FLAG, offsetof(struct bench_opts, no_bw), 0, 0 },
 };
@@ -504,11 +507,12 @@ static void bench_json(FILE *f, const struct bench_ctx *x, const struct bench_re
 
 	fprintf(f, "{\"model\": \"%s\", \"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, "
 		"\"kernels\": \"%s\", \"n_threads\": %ld, \"n_batch\": %ld, \"kv_type\": \"%s\", "
-		"\"kv_policy\": \"%s\", \"kv_budget\": %g, \"test\": \"%s\", "
+		"\"kv_policy\": \"%s\", \"kv_budget\": %g, \"kv_budget_at\": %ld, \"test\": \"%s\", "
 		"\"n_prompt\": %ld, \"n_gen\": %ld, \"n_depth\": %ld, \"avg_ts\": %.3f, \"stddev_ts\": %.3f, \"samples_ts\": [",
 		o->model, x->type_name, (unsigned long long)x->fbytes, (unsigned long long)x->info.n_params,
 		tkv_kernel_level(), o->threads, o->batch, o->ep.kv_type == TKV_KV_F32 ? "f32" : "f16",
-		tkv_policy_name(r->policy), r->budget, r->test, r->n_prompt, r->n_gen, r->depth, r->mean, r->sd);
+		tkv_policy_name(r->policy), r->budget, o->budget_at, r->test, r->n_prompt, r->n_gen, r->depth, r->mean,
+		r->sd);
 	for (int i = 0; i < r->n_reps; i++)
 		fprintf(f, "%s%.3f", i ? ", " : "", r->ts[i]);
 	fprintf(f, "], \"kv_allocated\": %zu, \"kv_bytes\": %.0f, \"kv_full_f16\": %.0f, \"pages_read\": %llu, "
@@ -592,7 +596,8 @@ static int bench_policy(struct bench_ctx *x, enum tkv_policy pol, double budget,
 			long np = kind == 0 ? o->n_prompt : 0, ng = kind == 1 ? o->n_gen : 0;
 			struct bench_result *r = &x->res[x->n_res];
 			struct tkv_seq *base = NULL;
-			size_t cap = budget < 1.0 ? (size_t)(budget * (double)tkv_model_kv_bytes(x->m, d + np + ng)) : 0;
+			long at = o->budget_at ? o->budget_at : d + np + ng;
+			size_t cap = budget < 1.0 ? (size_t)(budget * (double)tkv_model_kv_bytes(x->m, (size_t)at)) : 0;
 
 			if (!np && !ng)
 				continue;
