@@ -13,7 +13,10 @@
 # (tierkv, "full,tiered"), BUDGETS (tierkv per-sequence K+V caps as fractions
 # of the f16 cache, "1,0.25"), TYPE (weights, q4_0), MODELS (/tmp/tierkv-models),
 # VOCAB, OUT (JSON lines of every run, /tmp/tierkv-longctx), KVOPTS (extra
-# tierkv --kv-* options).
+# tierkv --kv-* options), BUDGET_AT (budgets as fractions of the f16 cache at
+# this many tokens, the same bytes at every depth; default: each depth's own).
+# Each row also gives its rate as a share of the same cache's rate at depth 0
+# when DEPTHS includes 0.
 set -eu
 cd "$(dirname "$0")/.."
 llama_bench=${1:-../llamacpp/build/bin/llama-bench}
@@ -30,6 +33,7 @@ models=${MODELS:-/tmp/tierkv-models}
 vocab=${VOCAB:-../shared/vocab/ggml-vocab-llama-spm.gguf}
 out=${OUT:-/tmp/tierkv-longctx}
 kvopts=${KVOPTS:-}
+budget_at=${BUDGET_AT:+--budget-at $BUDGET_AT}
 
 for f in "$llama_bench" "$tierkv"; do
 	[ -x "$f" ] || { echo "compare_longctx: $f is not an executable" >&2; exit 2; }
@@ -51,7 +55,7 @@ for d in $depths; do
 	echo "d$d: tierkv bench, $policies at $budgets" >&2
 	# shellcheck disable=SC2086
 	"$tierkv" bench -m "$f" -p 0 -n "$ngen" -d "$d" -t "$threads" -r "$reps" --policies "$policies" \
-		--budgets "$budgets" $kvopts -o json >>"$out/tierkv.jsonl"
+		--budgets "$budgets" $budget_at $kvopts -o json >>"$out/tierkv.jsonl"
 done
 
 python3 - "$out" "$f" <<'EOF'
@@ -71,17 +75,21 @@ for r in ll:
     rows[(d, 'llama.cpp ' + c + ' cache')] = (r['avg_ts'], r['stddev_ts'], kv, kv)
 for r in tk:
     d = r['n_depth']
-    name = 'tierkv %s' % r['kv_policy'] + ('' if r['kv_budget'] >= 1 else ' at %g' % r['kv_budget'])
+    at = r.get('kv_budget_at', 0)
+    name = 'tierkv %s' % r['kv_policy'] + ('' if r['kv_budget'] >= 1 else
+                                          ' at %g' % r['kv_budget'] + (' of %d tokens' % at if at else ''))
     rows[(d, name)] = (r['avg_ts'], r['stddev_ts'], r['kv_bytes'], r['kv_allocated'])
-print('| depth | cache | t/s | vs llama.cpp f16 | vs llama.cpp q4_0 | K+V bytes | of llama.cpp f16 | allocated | of llama.cpp f16 |')
-print('| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+print('| depth | cache | t/s | of depth 0 | vs llama.cpp f16 | vs llama.cpp q4_0 | K+V bytes | of llama.cpp f16 | allocated | of llama.cpp f16 |')
+print('| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
 for (d, name), (ts, sd, kv, alloc) in rows.items():
     f16 = rows.get((d, 'llama.cpp f16 cache'))
     q4 = rows.get((d, 'llama.cpp q4_0 cache'))
     ratio = lambda ref: '%.2fx' % (ts / ref[0]) if ref else ''
     frac = lambda b: '%.1f%%' % (100 * b / f16[2]) if f16 else ''
-    print('| %d | %s | %.2f ± %.2f | %s | %s | %.1f MB | %s | %.1f MB | %s |' % (
-        d, name, ts, sd, ratio(f16), ratio(q4), kv / 1e6, frac(kv), alloc / 1e6, frac(alloc)))
+    d0 = rows.get((0, name))
+    of0 = '%.0f%%' % (100 * ts / d0[0]) if d0 and d else ''
+    print('| %d | %s | %.2f ± %.2f | %s | %s | %s | %.1f MB | %s | %.1f MB | %s |' % (
+        d, name, ts, sd, of0, ratio(f16), ratio(q4), kv / 1e6, frac(kv), alloc / 1e6, frac(alloc)))
 print('\nllama.cpp cache bytes are computed (2 x 22 layers x 256 x bytes per element x tokens); '
       "tierkv's are measured: K+V data, and all pool bytes (page metadata and slack included).")
 EOF

@@ -102,5 +102,25 @@ for r in rows:
 PY
 then pass=$((pass + 1)); else echo "FAIL: bench --policies/--budgets: $(cat "$tmp/out")"; fail=$((fail + 1)); fi
 
+# --budget-at: the same per-sequence bytes at every depth (a fifth of the
+# f16 cache at 200 tokens holds at depths 100 and 400 alike)
+expect 2 "--budget-at" bench -m "$model" --budget-at 0
+expect 0 "" bench -m "$model" -p 0 -n 8 -d 100,400 -r 1 --policies tiered --budgets 0.2 --budget-at 200 \
+	--no-bandwidth -o json
+if python3 - "$tmp/out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
+assert [r['n_depth'] for r in rows] == [100, 400], rows
+per_tok = rows[0]['kv_full_f16'] / (100 + 4)          # f16 bytes per token
+cap = 0.2 * per_tok * 200
+for r in rows:
+    assert r['kv_budget_at'] == 200, r
+    assert r['kv_bytes'] <= cap * 1.02, (r['kv_bytes'], cap)
+# depth 400 is held to the same bytes, a fifth of 200 tokens: far under its own 20%
+assert rows[1]['kv_bytes'] < 0.2 * rows[1]['kv_full_f16'] * 0.7, rows[1]
+assert rows[1]['kv_bytes'] > cap * 0.5, (rows[1]['kv_bytes'], cap)
+PY
+then pass=$((pass + 1)); else echo "FAIL: bench --budget-at: $(cat "$tmp/out")"; fail=$((fail + 1)); fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
