@@ -202,8 +202,7 @@ void model_forward(const struct tkv_model *m, struct model_scratch *s, struct tp
 	for (uint32_t g = 0; g < n_segs; g++)
 		n += segs[g].n;
 	for (uint32_t i = 0; i < n; i++)
-		ops_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)ids[i] * m->tok_embd.row_bytes,
-				s->x + (size_t)i * dim, dim);
+		ops_mat_row(&m->tok_embd, ids[i], s->x + (size_t)i * dim);
 	if (m->hp.embd_scale != 1.0f)
 		for (size_t i = 0; i < (size_t)n * dim; i++)
 			s->x[i] *= m->hp.embd_scale;

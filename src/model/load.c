@@ -546,8 +546,9 @@ static size_t model_mats(struct tkv_model *m, struct ops_mat **out, size_t cap)
 			if (mats[i]->data && (i < 7 || x8) && n < cap)
 				out[n++] = mats[i];
 	}
-	/* a tied output is the embedding, which lookups read row by row */
-	if (m->output.data != m->tok_embd.data && n < cap)
+	/* a tied output is the embedding too: lookups read its rows through
+	 * ops_mat_row, in whichever layout it ends in */
+	if (n < cap)
 		out[n++] = &m->output;
 	return n;
 }
@@ -564,6 +565,7 @@ static int repack_weights(struct tkv_model *m, struct tkv_error *err)
 	size_t cap = (size_t)m->info.n_layer * MODEL_MATS_PER_LAYER + 1, n, total = 0, off = 0;
 	struct ops_mat **mats = tkv_calloc(m->alloc, cap, sizeof *mats);
 	long page = sysconf(_SC_PAGESIZE);
+	bool tied = m->output.data == m->tok_embd.data;
 
 	if (!mats)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory loading layers");
@@ -606,6 +608,8 @@ static int repack_weights(struct tkv_model *m, struct tkv_error *err)
 			madvise((void *)lo, hi - lo, MADV_DONTNEED);
 		off += (sz + 63) & ~(size_t)63;
 	}
+	if (tied)
+		m->tok_embd = m->output;
 	tkv_free(m->alloc, mats);
 	return TKV_OK;
 }

@@ -41,6 +41,8 @@ uint16_t ops_f32_to_bf16(float f);
 bool ops_type_supported(uint32_t type);
 /* Dequantizes n elements (a multiple of the block size) of a row of `type`. */
 void ops_dequant_row(uint32_t type, const void *row, float *out, int64_t n);
+/* Row r of a matrix in either layout, all cols elements (embedding lookups). */
+void ops_mat_row(const struct ops_mat *w, int64_t r, float *out);
 /* dot(row of type, x) over n elements. */
 float ops_dot_row(uint32_t type, const void *row, const float *x, int64_t n);
 

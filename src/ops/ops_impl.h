@@ -298,6 +298,9 @@ struct ops_type_kernels {
 	ops_repack_fn repack;
 	ops_gemv_x8_fn gemv_x8;
 	ops_pack_x8_fn pack_x8;
+	/* row r (0..7) of a group, n elements: embedding lookups in a tied,
+	 * repacked output matrix */
+	void (*dequant_x8)(const void *group, int r, int64_t n, float *out);
 	uint32_t x8_block;           /* bytes of one block of a group */
 };
 
@@ -348,6 +351,8 @@ void repack_q8_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 void gemv_q4_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_q4_0_x8_ref(const void *group, int r, int64_t n, float *out);
+void dequant_q8_0_x8_ref(const void *group, int r, int64_t n, float *out);
 
 /* ---- the other common types (ops/quant_more.c) -------------------------------- */
 

@@ -699,6 +699,24 @@ void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, in
 	gemv_x8_ref(n, group, a, as, nc, s, ss, OPS_X8_Q8_0, 1);
 }
 
+void dequant_q4_0_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *blk = group;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0)
+		for (int e = 0; e < 32; e++)
+			out[32 * b + e] = (float)(x8_q4_0(blk, r, e) - 8) * x8_d(blk, r);
+}
+
+void dequant_q8_0_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *blk = group;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q8_0)
+		for (int e = 0; e < 32; e++)
+			out[32 * b + e] = (float)x8_q8_0(blk, r, e) * x8_d(blk, r);
+}
+
 void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)
 {
 	const uint8_t *blk = group;

@@ -234,3 +234,52 @@ void dot_rows_iq4_xs_avx2(int64_t n, const void *w, size_t ws, int nr, const voi
 		s[r] = hsum_ps(acc);
 	}
 }
+
+/* ---- panels (ops_impl.h): the rows' values as bytes, 8 rows per block ------------- */
+
+/* Panel blocks of 32 for the blocks of 32: row r's values U (0..15, 0..31 or
+ * the signed iq4 values), its scale and its offset, as decode_* in
+ * quant_more.c gives them. Rows past nr are zero. */
+#define PACK32(NAME, BLK, U, M)                                                                   \
+	void NAME(const void *w, size_t ws, int nr, int64_t n, void *panel)                       \
+	{                                                                                         \
+		uint8_t *pb = panel;                                                              \
+		for (int64_t i = 0; i < n / 32; i++, pb += OPS_PANEL_BLOCK) {                     \
+			__m256i u[OPS_PANEL_ROWS];                                                \
+			float d[OPS_PANEL_ROWS], m[OPS_PANEL_ROWS];                               \
+			for (int r = 0; r < OPS_PANEL_ROWS; r++) {                                \
+				const BLK *x = (const BLK *)row_at(w, ws, r < nr ? r : 0) + i;    \
+				u[r] = r < nr ? U : _mm256_setzero_si256();                       \
+				d[r] = r < nr ? f16(x->d) : 0.0f;                                 \
+				m[r] = r < nr ? M : 0.0f;                                         \
+			}                                                                         \
+			panel_store(pb, u, _mm256_loadu_ps(d), _mm256_loadu_ps(m));               \
+		}                                                                                 \
+	}
+
+PACK32(pack_q4_1_avx2, struct blk_q4_1, nibbles(x->qs), f16(x->m))
+PACK32(pack_q5_0_avx2, struct blk_q5_0, _mm256_or_si256(nibbles(x->qs), bit5_bytes(x->qh)), -16.0f * d[r])
+PACK32(pack_q5_1_avx2, struct blk_q5_1, _mm256_or_si256(nibbles(x->qs), bit5_bytes(x->qh)), f16(x->m))
+PACK32(pack_iq4_nl_avx2, struct blk_iq4_nl, iq4_lookup(nibbles(x->qs)), 0.0f)
+
+/* iq4_xs: panel block i is sub-block i % 8 of super-block i / 8, its scale
+ * d (ls - 32). */
+void pack_iq4_xs_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	uint8_t *pb = panel;
+
+	for (int64_t i = 0; i < n / 32; i++, pb += OPS_PANEL_BLOCK) {
+		__m256i u[OPS_PANEL_ROWS];
+		float d[OPS_PANEL_ROWS];
+		int j = (int)(i % 8);
+
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			const struct blk_iq4_xs *x = (const struct blk_iq4_xs *)row_at(w, ws, r < nr ? r : 0) + i / 8;
+			int ls = ((x->scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((x->scales_h >> (2 * j)) & 3) << 4;
+
+			u[r] = r < nr ? iq4_lookup(nibbles(x->qs + 16 * j)) : _mm256_setzero_si256();
+			d[r] = r < nr ? f16(x->d) * (float)(ls - 32) : 0.0f;
+		}
+		panel_store(pb, u, _mm256_loadu_ps(d), _mm256_setzero_ps());
+	}
+}

@@ -38,6 +38,33 @@ static inline __m256i bcast4(const int8_t *p)
 	return _mm256_set1_epi32(v);
 }
 
+/* Stores one panel block: row r's 32 values are u[r]; the 8x8 transpose of
+ * 32-bit words puts 4 values of all 8 rows in each 32-byte group. */
+static inline void panel_store(uint8_t *pb, const __m256i u[8], __m256 d, __m256 m)
+{
+	__m256i t0 = _mm256_unpacklo_epi32(u[0], u[1]), t1 = _mm256_unpackhi_epi32(u[0], u[1]);
+	__m256i t2 = _mm256_unpacklo_epi32(u[2], u[3]), t3 = _mm256_unpackhi_epi32(u[2], u[3]);
+	__m256i t4 = _mm256_unpacklo_epi32(u[4], u[5]), t5 = _mm256_unpackhi_epi32(u[4], u[5]);
+	__m256i t6 = _mm256_unpacklo_epi32(u[6], u[7]), t7 = _mm256_unpackhi_epi32(u[6], u[7]);
+	/* v0: words 0 (low lane) and 4 (high lane) of rows 0-3; v1: words 1 / 5 ... */
+	__m256i v0 = _mm256_unpacklo_epi64(t0, t2), v1 = _mm256_unpackhi_epi64(t0, t2);
+	__m256i v2 = _mm256_unpacklo_epi64(t1, t3), v3 = _mm256_unpackhi_epi64(t1, t3);
+	__m256i v4 = _mm256_unpacklo_epi64(t4, t6), v5 = _mm256_unpackhi_epi64(t4, t6);
+	__m256i v6 = _mm256_unpacklo_epi64(t5, t7), v7 = _mm256_unpackhi_epi64(t5, t7);
+	__m256i *o = (__m256i *)pb;
+
+	_mm256_storeu_si256(o + 0, _mm256_permute2x128_si256(v0, v4, 0x20));
+	_mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(v1, v5, 0x20));
+	_mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(v2, v6, 0x20));
+	_mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(v3, v7, 0x20));
+	_mm256_storeu_si256(o + 4, _mm256_permute2x128_si256(v0, v4, 0x31));
+	_mm256_storeu_si256(o + 5, _mm256_permute2x128_si256(v1, v5, 0x31));
+	_mm256_storeu_si256(o + 6, _mm256_permute2x128_si256(v2, v6, 0x31));
+	_mm256_storeu_si256(o + 7, _mm256_permute2x128_si256(v3, v7, 0x31));
+	_mm256_storeu_ps((float *)(pb + 256), d);
+	_mm256_storeu_ps((float *)(pb + 288), m);
+}
+
 /* CALL(k) with k = nc, 1 to 8 (below 1: 1): a constant in each case, so the
  * always_inline kernel it names is compiled once per column count and keeps
  * its per-column accumulators in registers (AVX-512's 32 vector registers

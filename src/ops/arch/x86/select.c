@@ -4,7 +4,7 @@
  * Compiled without -mavx2: nothing here runs the instructions. */
 #include "ops/arch/x86/x86.h"
 
-/* The types of quant_more.c: their row dots, and the shared panel kernels for
+/* The types of quant_more.c: their row dots, their packs, and the shared panel kernels for
  * those with panels (q4_1: 0..15; q5_0, q5_1: 0..31; iq4: signed values). */
 static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
 {
@@ -15,6 +15,11 @@ static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
 	types[TKV_Q2_K].dot_rows = dot_rows_q2_k_avx2;
 	types[TKV_Q3_K].dot_rows = dot_rows_q3_k_avx2;
 	types[TKV_IQ4_XS].dot_rows = dot_rows_iq4_xs_avx2;
+	types[TKV_Q4_1].pack = pack_q4_1_avx2;
+	types[TKV_Q5_0].pack = pack_q5_0_avx2;
+	types[TKV_Q5_1].pack = pack_q5_1_avx2;
+	types[TKV_IQ4_NL].pack = pack_iq4_nl_avx2;
+	types[TKV_IQ4_XS].pack = pack_iq4_xs_avx2;
 	types[TKV_Q4_1].panel = panel_u4_avx2;
 	types[TKV_Q5_0].panel = panel_u5_avx2;
 	types[TKV_Q5_1].panel = panel_u5_avx2;
