@@ -254,7 +254,7 @@ static int bench_mm_type(uint32_t t, struct tpool *const tps[2])
 
 static int bench_mm(int argc, char **argv)
 {
-	static const uint32_t all[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K };
+	static const uint32_t all[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K, TKV_Q4_1, TKV_Q5_0, TKV_Q5_1, TKV_Q2_K, TKV_Q3_K, TKV_IQ4_NL, TKV_IQ4_XS };
 	struct tpool *tps[2] = { NULL, NULL };
 	int rc = 0;
 

@@ -851,9 +851,10 @@ static void test_avx512_kernels(void **state)
 			uint32_t type;
 			ops_dot_rows_fn fn;
 		} dots[] = {
-			{ TKV_Q4_K, dot_rows_q4_k_avx512 },
-			{ TKV_Q5_K, dot_rows_q5_k_avx512 },
-			{ TKV_Q6_K, dot_rows_q6_k_avx512 },
+			{ TKV_Q4_K, dot_rows_q4_k_avx512 },   { TKV_Q5_K, dot_rows_q5_k_avx512 },
+			{ TKV_Q6_K, dot_rows_q6_k_avx512 },   { TKV_Q4_1, dot_rows_q4_1_avx512 },
+			{ TKV_Q5_0, dot_rows_q5_0_avx512 },   { TKV_Q5_1, dot_rows_q5_1_avx512 },
+			{ TKV_IQ4_NL, dot_rows_iq4_nl_avx512 },
 		};
 		static const struct {
 			uint32_t type;
@@ -872,23 +873,28 @@ static void test_avx512_kernels(void **state)
 		tu_rng_seed(18);
 		for (size_t t = 0; t < sizeof dots / sizeof dots[0]; t++)
 			for (int rep = 0; rep < 32; rep++) {
-				int64_t n = rep % 2 ? QK_K * (1 + rep % 16) : N_MAX;
+				uint32_t at = ops_kernels(dots[t].type)->act_type;
+				/* blocks of 32: odd block counts too (the last block alone) */
+				int64_t n = rep % 2 ? (at == OPS_ACT_Q8_256 ? QK_K * (1 + rep % 16) : 32 * (1 + rep % 9))
+						    : N_MAX;
 				int nr = 1 + rep % OPS_DOT_ROWS;
 				float got[OPS_DOT_ROWS], want[OPS_DOT_ROWS];
 
 				for (int r = 0; r < nr; r++)
 					make_row(dots[t].type, n, rows[r]);
 				make_x(x, n, rep % 5 == 0);
-				quant_act_q8_256_ref(x, act, n);
+				ref_act[at](x, act, n);
 				dots[t].fn(n, rows, sizeof rows[0], nr, act, got);
 				ref_dot[dots[t].type](n, rows, sizeof rows[0], nr, act, want);
 				for (int r = 0; r < nr; r++) {
 					double mag = 0.0;
 					const struct blk_q8_256 *ab = (const void *)act;
+					const struct blk_q8_32 *a32 = (const void *)act;
 
 					ref_dequant[dots[t].type](rows[r], wv, n);
 					for (int64_t i = 0; i < n; i++) {
-						xv[i] = ab[i / QK_K].d * ab[i / QK_K].qs[i % QK_K];
+						xv[i] = at == OPS_ACT_Q8_256 ? ab[i / QK_K].d * ab[i / QK_K].qs[i % QK_K]
+									     : a32[i / 32].d * a32[i / 32].qs[i % 32];
 						mag += fabs((double)wv[i] * xv[i]);
 					}
 					if (!(fabs((double)got[r] - want[r]) <= TOL_DOT_SIMD_REL * mag))

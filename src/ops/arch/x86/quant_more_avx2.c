@@ -171,39 +171,64 @@ void dot_rows_q2_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 	}
 }
 
-/* q3_k: the values are the 2-bit field minus 4 where the hmask bit is clear:
- * two vpmaddubsw (fields, and 4s where the bit is clear), subtracted in int16. */
+/* The 16 scales of a q3_k block, less their bias of 32, as int8: scale k's
+ * low 4 bits are nibble k / 8 of byte k % 8, its high 2 bits bits
+ * 2 (k / 4) of byte 8 + k % 4; a few 64-bit operations for all 16. */
+static inline __m128i q3_k_scales(const uint8_t *sb)
+{
+	uint64_t lo;
+	uint32_t h;
+
+	memcpy(&lo, sb, sizeof lo);
+	memcpy(&h, sb + 8, sizeof h);
+	uint64_t h01 = (uint64_t)(h >> 2 & 0x03030303u) << 32 | (h & 0x03030303u);
+	uint64_t h23 = (uint64_t)(h >> 6 & 0x03030303u) << 32 | (h >> 4 & 0x03030303u);
+	uint64_t s0 = (lo & 0x0f0f0f0f0f0f0f0full) | h01 << 4, s1 = (lo >> 4 & 0x0f0f0f0f0f0f0f0full) | h23 << 4;
+
+	return _mm_sub_epi8(_mm_set_epi64x((long long)s1, (long long)s0), _mm_set1_epi8(32));
+}
+
+/* The hmask bit j (0..7) of every byte, moved to bit 2 (a 4 where it is
+ * set): 16-bit shifts keep each byte's bits in place for j <= 7. */
+static inline __m256i q3_k_bit4(__m256i hm, int j)
+{
+	__m256i x = j >= 2 ? _mm256_srli_epi16(hm, j - 2) : _mm256_slli_epi16(hm, 2 - j);
+
+	return _mm256_and_si256(x, _mm256_set1_epi8(4));
+}
+
+/* q3_k: value = field - 4 where the hmask bit is clear, i.e. (field | 4 h) -
+ * 4: vpmaddubsw of the unsigned 0..7, and the 4 comes off once per block as
+ * 4 times the scales against the 16-element activation sums. */
 void dot_rows_q3_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
 {
 	const struct blk_q8_256 *y = a;
-	const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
+	const __m256i m3 = _mm256_set1_epi8(3);
 
 	for (int r = 0; r < nr; r++) {
 		const struct blk_q3_k *b = row_at(w, ws, r);
 		__m256 acc = _mm256_setzero_ps();
 
 		for (int64_t i = 0; i < n / QK_K; i++) {
-			const uint8_t *sb = b[i].scales;
-			int8_t sc[16];
-			__m256i S, isum = _mm256_setzero_si256();
+			__m128i sc = q3_k_scales(b[i].scales);
+			__m256i S = _mm256_broadcastsi128_si256(sc), isum = _mm256_setzero_si256();
 			__m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
+			__m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc),
+							_mm256_loadu_si256((const __m256i *)y[i].bsums));
 
-			for (int k = 0; k < 16; k++)
-				sc[k] = (int8_t)((((sb[k % 8] >> (4 * (k / 8))) & 15) | ((sb[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32);
-			S = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)sc));
 			for (int h = 0; h < 2; h++) {
 				__m256i q = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
 
 				for (int g = 0; g < 4; g++) {
-					__m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * g), m3);
-					__m256i hb = _mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << (4 * h + g))));
-					__m256i neg = _mm256_and_si256(_mm256_cmpeq_epi8(hb, zero), four);
+					__m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * g), m3),
+								    q3_k_bit4(hm, 4 * h + g));
 					__m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * g));
-					__m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v, yq), _mm256_maddubs_epi16(neg, yq));
 
-					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(S, 4 * h + g)));
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(v, yq),
+											scale_pair(S, 4 * h + g)));
 				}
 			}
+			isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));
 			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(y[i].d * f16(b[i].d)), acc);
 		}
 		s[r] = hsum_ps(acc);
