@@ -854,7 +854,8 @@ static void test_avx512_kernels(void **state)
 			{ TKV_Q4_K, dot_rows_q4_k_avx512 },   { TKV_Q5_K, dot_rows_q5_k_avx512 },
 			{ TKV_Q6_K, dot_rows_q6_k_avx512 },   { TKV_Q4_1, dot_rows_q4_1_avx512 },
 			{ TKV_Q5_0, dot_rows_q5_0_avx512 },   { TKV_Q5_1, dot_rows_q5_1_avx512 },
-			{ TKV_IQ4_NL, dot_rows_iq4_nl_avx512 },
+			{ TKV_IQ4_NL, dot_rows_iq4_nl_avx512 }, { TKV_Q3_K, dot_rows_q3_k_avx512 },
+			{ TKV_Q2_K, dot_rows_q2_k_avx512 },   { TKV_IQ4_XS, dot_rows_iq4_xs_avx512 },
 		};
 		static const struct {
 			uint32_t type;

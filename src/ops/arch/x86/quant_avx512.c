@@ -13,6 +13,9 @@
  *              q5_k's fifth bits are set under a mask (vptestmb).
  *   q6_k       ql's 64 bytes give groups (0, 1) and (2, 3) of a half, with
  *              qh's bits moved into place by a variable shift.
+ *   q3_k/q2_k  a half's 32 bytes in both halves of a register, shifted to
+ *              the 2-bit fields of groups (0, 1) and (2, 3); q3_k's hmask
+ *              bits add 4 under a mask.
  *
  * Unsigned values times int8 activations go through vpmaddubsw (pairs, no
  * saturation at 0..63), and vpdpwssd multiplies the pairs by the sub-block
@@ -211,6 +214,93 @@ void dot_rows_q6_k_avx512(int64_t n, const void *w, size_t ws, int nr, const voi
 			acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(f16(b[i].d) * y[i].d), acc);
 		}
 		s[r] = hsum512(acc);
+	}
+}
+
+/* q3_k: as q6_k, two groups of 32 per register (groups 2p, 2p+1 of half h:
+ * 2-bit fields at shifts 4p and 4p + 2), the hmask bit 4h + g adding 4
+ * under a mask; value + 4 times y, less 4 sum_k sc_k bsum_k. */
+void dot_rows_q3_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+	const __m512i sh[2] = { _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1),
+				_mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1) };
+	const __m512i sp[2] = { spread4w(0), spread4w(4) };
+	__m512i hb[2][2];
+
+	for (int h = 0; h < 2; h++)
+		for (int p = 0; p < 2; p++)
+			hb[h][p] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + 2 * p))),
+						      _mm256_set1_epi8((char)(1 << (4 * h + 2 * p + 1))), 1);
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q3_k *b = (const void *)((const char *)w + (size_t)r * ws);
+		__m512 acc = _mm512_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m256i sc16 = _mm256_cvtepi8_epi16(q3_k_scales(b[i].scales));
+			__m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16), 2);
+			__m512i isum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(corr));
+			__m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[i].hmask));
+
+			for (int h = 0; h < 2; h++) {
+				__m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h)));
+				__m512i sb = _mm512_broadcast_i32x4(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
+
+				for (int p = 0; p < 2; p++) {
+					__m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, sh[p]), m3);
+					__m512i prod;
+
+					v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(hm, hb[h][p]), v, four);
+					prod = _mm512_maddubs_epi16(v, _mm512_loadu_si512((const void *)(y[i].qs + 128 * h + 64 * p)));
+					isum = _mm512_dpwssd_epi32(isum, prod, _mm512_shuffle_epi8(sb, sp[p]));
+				}
+			}
+			acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(f16(b[i].d) * y[i].d), acc);
+		}
+		s[r] = hsum512(acc);
+	}
+}
+
+/* q2_k: the same walk over the 2-bit fields with the low nibbles of the
+ * scale bytes as scales; the high nibbles (mins) times the 16-element sums
+ * go to a second accumulator with dmin. */
+void dot_rows_q2_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m512i m3 = _mm512_set1_epi8(3);
+	const __m128i m15 = _mm_set1_epi8(15);
+	const __m512i sh[2] = { _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1),
+				_mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1) };
+	const __m512i sp[2] = { spread4w(0), spread4w(4) };
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_q2_k *b = (const void *)((const char *)w + (size_t)r * ws);
+		__m512 acc = _mm512_setzero_ps();
+		__m256 accm = _mm256_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
+			__m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m15));
+			__m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m15));
+			__m256i msum = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+			__m512i isum = _mm512_setzero_si512();
+
+			for (int h = 0; h < 2; h++) {
+				__m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h)));
+				__m512i sb = _mm512_broadcast_i32x4(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
+
+				for (int p = 0; p < 2; p++) {
+					__m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, sh[p]), m3);
+					__m512i prod = _mm512_maddubs_epi16(v, _mm512_loadu_si512((const void *)(y[i].qs + 128 * h + 64 * p)));
+
+					isum = _mm512_dpwssd_epi32(isum, prod, _mm512_shuffle_epi8(sb, sp[p]));
+				}
+			}
+			acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(f16(b[i].d) * y[i].d), acc);
+			accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(f16(b[i].dmin) * y[i].d), accm);
+		}
+		s[r] = hsum512(acc) - hsum256(accm);
 	}
 }
 

@@ -171,23 +171,6 @@ void dot_rows_q2_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 	}
 }
 
-/* The 16 scales of a q3_k block, less their bias of 32, as int8: scale k's
- * low 4 bits are nibble k / 8 of byte k % 8, its high 2 bits bits
- * 2 (k / 4) of byte 8 + k % 4; a few 64-bit operations for all 16. */
-static inline __m128i q3_k_scales(const uint8_t *sb)
-{
-	uint64_t lo;
-	uint32_t h;
-
-	memcpy(&lo, sb, sizeof lo);
-	memcpy(&h, sb + 8, sizeof h);
-	uint64_t h01 = (uint64_t)(h >> 2 & 0x03030303u) << 32 | (h & 0x03030303u);
-	uint64_t h23 = (uint64_t)(h >> 6 & 0x03030303u) << 32 | (h >> 4 & 0x03030303u);
-	uint64_t s0 = (lo & 0x0f0f0f0f0f0f0f0full) | h01 << 4, s1 = (lo >> 4 & 0x0f0f0f0f0f0f0f0full) | h23 << 4;
-
-	return _mm_sub_epi8(_mm_set_epi64x((long long)s1, (long long)s0), _mm_set1_epi8(32));
-}
-
 /* The hmask bit j (0..7) of every byte, moved to bit 2 (a 4 where it is
  * set): 16-bit shifts keep each byte's bits in place for j <= 7. */
 static inline __m256i q3_k_bit4(__m256i hm, int j)

@@ -1,5 +1,6 @@
 /* quant_more_avx512.c - 512-bit row dots (AVX512F/BW/VL, AVX512-VNNI) of the
- * blocks-of-32 types of quant_more.c: q4_1, q5_0, q5_1 and iq4_nl.
+ * blocks-of-32 types of quant_more.c: q4_1, q5_0, q5_1 and iq4_nl, and of
+ * iq4_xs (its sub-blocks of 32 the same way).
  *
  * One register holds two blocks, 64 values in element order (the nibbles of
  * each block's 16 bytes, low then high); q5's fifth bits are set under a
@@ -91,3 +92,62 @@ ROWS32_512(dot_rows_q4_1_avx512, struct blk_q4_1, V_Q4_1, 0, OFF_M)
 ROWS32_512(dot_rows_q5_0_avx512, struct blk_q5_0, V_Q5, 16, OFF_NONE)
 ROWS32_512(dot_rows_q5_1_avx512, struct blk_q5_1, V_Q5, 0, OFF_M)
 ROWS32_512(dot_rows_iq4_nl_avx512, struct blk_iq4_nl, V_IQ4, 128, OFF_NONE)
+
+/* The 8 sub-block scales of an iq4_xs block less 32, as int16 words: the
+ * 4-bit and 2-bit fields spread to bytes with 64-bit shifts and masks. */
+static inline __m128i iq4_xs_scales(const struct blk_iq4_xs *b)
+{
+	uint32_t l;
+	uint64_t x, h = b->scales_h;
+
+	memcpy(&l, b->scales_l, sizeof l);
+	x = l;
+	x = (x | x << 16) & 0x0000ffff0000ffffull;
+	x = (x | x << 8) & 0x00ff00ff00ff00ffull;
+	x = (x | x << 4) & 0x0f0f0f0f0f0f0f0full; /* byte j: nibble j */
+	h = (h | h << 24) & 0x000000ff000000ffull;
+	h = (h | h << 12) & 0x000f000f000f000full;
+	h = (h | h << 6) & 0x0303030303030303ull; /* byte j: bits 2j, 2j + 1 */
+	return _mm_cvtepi8_epi16(_mm_sub_epi8(_mm_cvtsi64_si128((long long)(x | h << 4)), _mm_set1_epi8(32)));
+}
+
+/* vpshufb control: lanes 0 and 1 get int16 word lo of their 128-bit lane,
+ * lanes 2 and 3 word hi. */
+static inline __m512i spread_w2(int lo, int hi)
+{
+	long long a = (long long)((2 * lo) | (2 * lo + 1) << 8) * 0x0001000100010001ll;
+	long long b = (long long)((2 * hi) | (2 * hi + 1) << 8) * 0x0001000100010001ll;
+
+	return _mm512_set_epi64(b, b, b, b, a, a, a, a);
+}
+
+/* iq4_xs: sub-blocks j, j + 1 per register; |w| times y with w's sign
+ * (vpmaddubsw, at most 2 x 127 x 127 a pair: the activations are within
+ * +-127), then vpdpwssd with the two scales. */
+void dot_rows_iq4_xs_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ops_iq4nl_values));
+	const __m512i zero = _mm512_setzero_si512();
+	const __m512i sp[4] = { spread_w2(0, 1), spread_w2(2, 3), spread_w2(4, 5), spread_w2(6, 7) };
+
+	for (int r = 0; r < nr; r++) {
+		const struct blk_iq4_xs *b = row_at(w, ws, r);
+		__m512 acc = _mm512_setzero_ps();
+
+		for (int64_t i = 0; i < n / QK_K; i++) {
+			__m512i sb = _mm512_broadcast_i32x4(iq4_xs_scales(&b[i])), isum = zero;
+
+			for (int j = 0; j < 8; j += 2) {
+				__m512i v = _mm512_shuffle_epi8(tbl, nib2(b[i].qs + 16 * j, b[i].qs + 16 * (j + 1)));
+				__m512i yq = _mm512_loadu_si512((const void *)(y[i].qs + 32 * j));
+				__m512i ys = _mm512_mask_sub_epi8(yq, _mm512_movepi8_mask(v), zero, yq);
+				__m512i p = _mm512_maddubs_epi16(_mm512_abs_epi8(v), ys);
+
+				isum = _mm512_dpwssd_epi32(isum, p, _mm512_shuffle_epi8(sb, sp[j / 2]));
+			}
+			acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(f16(b[i].d) * y[i].d), acc);
+		}
+		s[r] = _mm512_reduce_add_ps(acc);
+	}
+}

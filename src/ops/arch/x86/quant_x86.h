@@ -38,6 +38,23 @@ static inline __m256i bcast4(const int8_t *p)
 	return _mm256_set1_epi32(v);
 }
 
+/* The 16 scales of a q3_k block, less their bias of 32, as int8: scale k's
+ * low 4 bits are nibble k / 8 of byte k % 8, its high 2 bits bits
+ * 2 (k / 4) of byte 8 + k % 4; a few 64-bit operations for all 16. */
+static inline __m128i q3_k_scales(const uint8_t *sb)
+{
+	uint64_t lo;
+	uint32_t h;
+
+	memcpy(&lo, sb, sizeof lo);
+	memcpy(&h, sb + 8, sizeof h);
+	uint64_t h01 = (uint64_t)(h >> 2 & 0x03030303u) << 32 | (h & 0x03030303u);
+	uint64_t h23 = (uint64_t)(h >> 6 & 0x03030303u) << 32 | (h >> 4 & 0x03030303u);
+	uint64_t s0 = (lo & 0x0f0f0f0f0f0f0f0full) | h01 << 4, s1 = (lo >> 4 & 0x0f0f0f0f0f0f0f0full) | h23 << 4;
+
+	return _mm_sub_epi8(_mm_set_epi64x((long long)s1, (long long)s0), _mm_set1_epi8(32));
+}
+
 /* Stores one panel block: row r's 32 values are u[r]; the 8x8 transpose of
  * 32-bit words puts 4 values of all 8 rows in each 32-byte group. */
 static inline void panel_store(uint8_t *pb, const __m256i u[8], __m256 d, __m256 m)

@@ -91,10 +91,13 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q4_K].dot_rows = dot_rows_q4_k_avx512;
 	types[TKV_Q5_K].dot_rows = dot_rows_q5_k_avx512;
 	types[TKV_Q6_K].dot_rows = dot_rows_q6_k_avx512;
+	types[TKV_Q3_K].dot_rows = dot_rows_q3_k_avx512;
+	types[TKV_Q2_K].dot_rows = dot_rows_q2_k_avx512;
 	types[TKV_Q4_1].dot_rows = dot_rows_q4_1_avx512;
 	types[TKV_Q5_0].dot_rows = dot_rows_q5_0_avx512;
 	types[TKV_Q5_1].dot_rows = dot_rows_q5_1_avx512;
 	types[TKV_IQ4_NL].dot_rows = dot_rows_iq4_nl_avx512;
+	types[TKV_IQ4_XS].dot_rows = dot_rows_iq4_xs_avx512;
 	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx512;
 	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx512;
 	/* prefill: 16 rows (two panels) per register for the unsigned panels */

@@ -64,6 +64,8 @@ void gemv_q8_0_x8_vnni(int64_t n, const void *group, const void *a, size_t as, i
 void dot_rows_q4_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q5_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q6_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q3_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_q2_k_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void gemv_q4_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 /* quant_more_avx512.c */
@@ -71,6 +73,7 @@ void dot_rows_q4_1_avx512(int64_t n, const void *w, size_t ws, int nr, const voi
 void dot_rows_q5_0_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q5_1_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_iq4_nl_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void dot_rows_iq4_xs_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss);
 
 #endif
