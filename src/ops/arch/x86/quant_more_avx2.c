@@ -147,10 +147,8 @@ void dot_rows_q2_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void 
 		__m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
 
 		for (int64_t i = 0; i < n / QK_K; i++) {
-			__m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
-			__m256i S = _mm256_broadcastsi128_si256(_mm_and_si128(sc8, m15));
-			__m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m15));
-			__m256i msum = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+			__m256i S = _mm256_broadcastsi128_si256(_mm_and_si128(_mm_loadu_si128((const __m128i *)b[i].scales), m15));
+			__m256i msum = q2_k_min_sums(b[i].scales, y[i].bsums);
 			__m256i isum = _mm256_setzero_si256();
 
 			for (int h = 0; h < 2; h++) {

@@ -55,6 +55,16 @@ static inline __m128i q3_k_scales(const uint8_t *sb)
 	return _mm_sub_epi8(_mm_set_epi64x((long long)s1, (long long)s0), _mm_set1_epi8(32));
 }
 
+/* q2_k: its mins (the high nibbles of the scale bytes) times the
+ * activations' 16-element sums, as 8 int32 pair sums. */
+static inline __m256i q2_k_min_sums(const uint8_t *scales, const int16_t *bsums)
+{
+	__m128i sc8 = _mm_loadu_si128((const __m128i *)scales);
+	__m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(15)));
+
+	return _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)bsums));
+}
+
 /* Stores one panel block: row r's 32 values are u[r]; the 8x8 transpose of
  * 32-bit words puts 4 values of all 8 rows in each 32-byte group. */
 static inline void panel_store(uint8_t *pb, const __m256i u[8], __m256 d, __m256 m)
