@@ -173,6 +173,13 @@ struct blk_iq4_xs {
 };
 _Static_assert(sizeof(struct blk_iq4_xs) == 136, "iq4_xs block is 136 bytes");
 
+/* iq4_xs: the 6-bit scale of sub-block j (0..7), still biased by 32 (the
+ * references and the x86 kernels read it the same way). */
+static inline int iq4_xs_scale(const struct blk_iq4_xs *b, int j)
+{
+	return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b->scales_h >> (2 * j)) & 3) << 4;
+}
+
 /* The 16 values of iq4_nl / iq4_xs codes (the GGUF format's table). */
 extern const int8_t ops_iq4nl_values[16];
 

@@ -52,12 +52,6 @@ static inline int q3_k_scale(const uint8_t *s, int k)
 	return ((s[k % 8] >> (4 * (k / 8))) & 15) | ((s[8 + k % 4] >> (2 * (k / 4))) & 3) << 4;
 }
 
-/* iq4_xs: the 6-bit scale of sub-block j (0..7), still biased by 32. */
-static inline int iq4_xs_scale(const struct blk_iq4_xs *b, int j)
-{
-	return ((b->scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b->scales_h >> (2 * j)) & 3) << 4;
-}
-
 /* ---- dequantize --------------------------------------------------------------- */
 
 /* The 5-bit value of element e of a q5_0 / q5_1 block. */

@@ -229,7 +229,7 @@ void dot_rows_iq4_xs_avx2(int64_t n, const void *w, size_t ws, int nr, const voi
 			__m256i isum = _mm256_setzero_si256();
 
 			for (int j = 0; j < 8; j++) {
-				int ls = ((b[i].scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((b[i].scales_h >> (2 * j)) & 3) << 4;
+				int ls = iq4_xs_scale(&b[i], j);
 				__m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * j));
 				__m256i p = maddss(iq4_lookup(nibbles(b[i].qs + 16 * j)), yq);
 
@@ -281,7 +281,7 @@ void pack_iq4_xs_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
 
 		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
 			const struct blk_iq4_xs *x = (const struct blk_iq4_xs *)row_at(w, ws, r < nr ? r : 0) + i / 8;
-			int ls = ((x->scales_l[j / 2] >> (4 * (j % 2))) & 15) | ((x->scales_h >> (2 * j)) & 3) << 4;
+			int ls = iq4_xs_scale(x, j);
 
 			u[r] = r < nr ? iq4_lookup(nibbles(x->qs + 16 * j)) : _mm256_setzero_si256();
 			d[r] = r < nr ? f16(x->d) * (float)(ls - 32) : 0.0f;

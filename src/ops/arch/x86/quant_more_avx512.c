@@ -1,6 +1,7 @@
 /* quant_more_avx512.c - 512-bit row dots (AVX512F/BW/VL, AVX512-VNNI) of the
  * blocks-of-32 types of quant_more.c: q4_1, q5_0, q5_1 and iq4_nl, and of
- * iq4_xs (its sub-blocks of 32 the same way).
+ * iq4_xs (its sub-blocks of 32 two a register, signed values through
+ * vpmaddubsw and the scales through vpdpwssd: see its kernel).
  *
  * One register holds two blocks, 64 values in element order (the nibbles of
  * each block's 16 bytes, low then high); q5's fifth bits are set under a
