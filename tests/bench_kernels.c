@@ -9,13 +9,18 @@
  * with the same threads, and from a matrix that stays in L2 (the kernel's
  * own speed, what memory could feed it); prefill (64 rows) in GFLOP/s.
  *
+ * The attention timings score and sum one q4 page (64 slots, 8 query heads
+ * sharing the KV head, as in Llama-style GQA) with every integer kernel the
+ * CPU can run, in ns per slot (all 8 heads).
+ *
  *   build/tests/bench_kernels            all of them
- *   build/tests/bench_kernels tpool|kv|mm [TYPE...]   one of them */
+ *   build/tests/bench_kernels tpool|kv|mm [TYPE...]|attn   one of them */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "kv/attn_impl.h"
 #include "kv/tier.h"
 #include "ops/dtype.h"
 #include "ops/ops.h"
@@ -273,13 +278,80 @@ static int bench_mm(int argc, char **argv)
 	return rc;
 }
 
+typedef void (*accum_q_fn)(uint32_t, const void *, uint32_t, uint32_t, uint32_t, uint32_t, const float *, size_t,
+			   uint32_t, float *);
+typedef int (*score_q_fn)(uint32_t, const void *, uint32_t, uint32_t, uint32_t, const float *, uint32_t, float,
+			  float *, size_t, const float *);
+
+static int bench_attn(void)
+{
+	enum { CAP = 64, NQ = 8, REPS = 20000 };
+	const char *names[] = { "ref", "avx2", "vnni/avx512" };
+	score_q_fn score[3] = { kv_score_q_ref, NULL, NULL };
+	accum_q_fn accum[3] = { kv_accum_q_ref, NULL, NULL };
+	const char *lvl = tkv_kernel_level();
+
+	if (strcmp(lvl, "ref")) {
+		score[1] = kv_score_q_avx2;
+		accum[1] = kv_accum_q_avx2;
+	}
+	if (!strcmp(lvl, "avx512")) {
+		score[2] = kv_score_q_vnni;
+		accum[2] = kv_accum_q_avx512;
+	}
+	tu_rng_seed(11);
+	for (uint32_t d = 64; d <= 128; d *= 2) {
+		size_t kb = kv_tier_k_bytes(KV_FMT_Q4, CAP, d), vb = kv_tier_v_bytes(KV_FMT_Q4, CAP, d);
+		void *kreg = malloc(kb), *vreg = malloc(vb);
+		float *K = malloc(sizeof(float) * CAP * d), *V = malloc(sizeof(float) * CAP * d);
+		float *q = malloc(sizeof(float) * NQ * d), *out = calloc((size_t)NQ * d, sizeof(float));
+		float logit[NQ * CAP], w[NQ * CAP];
+
+		if (!kreg || !vreg || !K || !V || !q || !out)
+			return 1;
+		for (uint32_t i = 0; i < CAP * d; i++) {
+			K[i] = tu_rng_gauss();
+			V[i] = tu_rng_gauss();
+		}
+		for (uint32_t i = 0; i < NQ * d; i++)
+			q[i] = tu_rng_gauss();
+		for (uint32_t i = 0; i < NQ * CAP; i++)
+			w[i] = tu_rng_f(0.0f, 1.0f / CAP);
+		kv_tier_pack(KV_FMT_Q4, kreg, vreg, CAP, d, K, V, CAP);
+		for (int k = 0; k < 3; k++) {
+			double t0, ts, ta;
+			int reps = k == 0 ? REPS / 20 : REPS;
+
+			if (!score[k])
+				continue;
+			t0 = now_us();
+			for (int r = 0; r < reps; r++)
+				score[k](4, kreg, 0, CAP, d, q, NQ, 0.125f, logit, CAP, NULL);
+			ts = now_us() - t0;
+			t0 = now_us();
+			for (int r = 0; r < reps; r++)
+				accum[k](4, vreg, CAP, 0, CAP, d, w, CAP, NQ, out);
+			ta = now_us() - t0;
+			printf("attn q4 d %3u, %d heads (%s): score %6.2f ns/slot, values %6.2f ns/slot\n", d, NQ, names[k],
+			       ts * 1e3 / reps / CAP, ta * 1e3 / reps / CAP);
+		}
+		free(kreg);
+		free(vreg);
+		free(K);
+		free(V);
+		free(q);
+		free(out);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "all";
 	int all = !strcmp(what, "all");
 
-	if (!all && strcmp(what, "tpool") && strcmp(what, "kv") && strcmp(what, "mm")) {
-		fprintf(stderr, "usage: bench_kernels [all|tpool|kv|mm [TYPE...]]\n");
+	if (!all && strcmp(what, "tpool") && strcmp(what, "kv") && strcmp(what, "mm") && strcmp(what, "attn")) {
+		fprintf(stderr, "usage: bench_kernels [all|tpool|kv|mm [TYPE...]|attn]\n");
 		return 2;
 	}
 	if ((all || !strcmp(what, "tpool")) && bench_tpool())
@@ -287,6 +359,8 @@ int main(int argc, char **argv)
 	if ((all || !strcmp(what, "kv")) && bench_kv())
 		return 1;
 	if ((all || !strcmp(what, "mm")) && bench_mm(all ? 0 : argc - 2, argv + 2))
+		return 1;
+	if ((all || !strcmp(what, "attn")) && bench_attn())
 		return 1;
 	return 0;
 }

@@ -108,7 +108,8 @@ static void test_tables_follow_level(void **state)
 	assert_ptr_equal(kv_attn_accum_kernel(KV_FMT_F32, 64), kv_accum_f32_avx2);
 	assert_ptr_equal(kv_attn_exp_kernel(), kv_exp_avx2);
 	assert_ptr_equal(kv_attn_max_kernel(), kv_max_avx2);
-	assert_ptr_equal(kv_attn_accum_q_kernel(KV_FMT_Q4, 128), kv_accum_q_avx2);
+	assert_ptr_equal(kv_attn_accum_q_kernel(KV_FMT_Q4, 128),
+			 l == CPU_LEVEL_AVX2 ? kv_accum_q_avx2 : kv_accum_q_avx512);
 	assert_null(kv_attn_score_kernel(KV_FMT_F16, 12)); /* d % 8 != 0: scalar */
 	assert_null(kv_attn_score_q_kernel(KV_FMT_Q4, 32)); /* q4 kernels: d 64 or 128 */
 	if (l == CPU_LEVEL_AVX2) {

@@ -465,7 +465,7 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
 	const uint16_t *par;
 	const uint8_t *kcodes, *vcodes;
 	float *Kd = malloc((size_t)cap * d * sizeof(float)), *Vd = malloc((size_t)cap * d * sizeof(float));
-	float logit[9 * 70], logit2[9 * 70], out[9 * 128], out2[9 * 128];
+	float logit[9 * 70], logit2[9 * 70], out[9 * 128], out2[9 * 128], out4[9 * 128];
 	const float scale = 1.0f / sqrtf((float)d);
 	kv_score_q_fn fs = kv_attn_score_q_kernel(KV_FMT_Q4, d);
 	kv_accum_q_fn fa = kv_attn_accum_q_kernel(KV_FMT_Q4, d);
@@ -570,6 +570,11 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
 	kv_accum_q_ref(4, vreg, cap, j0, n, d, w, stride, nq, out);
 	if (fa)
 		fa(4, vreg, cap, j0, n, d, w, stride, nq, out2);
+	if (fa != NULL && fa != kv_accum_q_avx2) { /* the AVX2 version too */
+		for (uint32_t i = 0; i < nq * d; i++)
+			out4[i] = 0.25f;
+		kv_accum_q_avx2(4, vreg, cap, j0, n, d, w, stride, nq, out4);
+	}
 	for (uint32_t h = 0; h < nq; h++) {
 		const float *wh = w + (size_t)h * stride;
 
@@ -595,6 +600,9 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
 			if (fa && !(fabs(out2[h * d + c] - got) <= 8e-6 * mag))
 				fail_msg("d %u head %u channel %u: SIMD out %.9g, reference %.9g", d, h, c,
 					 (double)out2[h * d + c], (double)got);
+			if (fa != NULL && fa != kv_accum_q_avx2 && !(fabs(out4[h * d + c] - got) <= 8e-6 * mag))
+				fail_msg("d %u head %u channel %u: AVX2 out %.9g, reference %.9g", d, h, c,
+					 (double)out4[h * d + c], (double)got);
 			e->out_int += (got - exact) * (got - exact);
 			e->out_fmt += (exact - orig) * (exact - orig);
 			e->n_out++;

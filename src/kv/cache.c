@@ -118,6 +118,8 @@ static void attend_stream(const struct attend_job *j, const struct kv_seg *sg, u
 		a->out = j->out + (row * n_head + (size_t)g * group) * hd;
 		a->qpos = sg->pos0 + (int32_t)i;
 		a->window = st->window;
+		/* the segment's keys are stored: none is past its last row */
+		a->unmasked = st->window == 0 && i + 1 == sg->n;
 		a->att = observe ? c->att + (size_t)ith * c->shape.n_ctx : NULL;
 		a->entropy = cfg->adaptive || sg->seq->measure_entropy ? &st->ent_sum : NULL;
 		kv_attn(st, hd, a);

@@ -184,6 +184,8 @@ struct kv_attn_args {
 	uint32_t nq;
 	int32_t qpos;       /* slots with pos > qpos are masked (causal) */
 	uint32_t window;    /* and with pos <= qpos - window (sliding window); 0 = none */
+	int unmasked;       /* no window and no slot of the stream past qpos (the last
+			     * row of a segment): nothing to mask, positions unread */
 	float softcap;      /* logits l become softcap * tanh(l / softcap) (Gemma 2); 0 = none */
 	float scale;        /* 1/sqrt(d) */
 	float skip;         /* skip a cold page whose score bound is below the running
