@@ -286,9 +286,9 @@ typedef int (*score_q_fn)(uint32_t, const void *, uint32_t, uint32_t, uint32_t, 
 static int bench_attn(void)
 {
 	enum { CAP = 64, NQ = 8, REPS = 20000 };
-	const char *names[] = { "ref", "avx2", "vnni/avx512" };
-	score_q_fn score[3] = { kv_score_q_ref, NULL, NULL };
-	accum_q_fn accum[3] = { kv_accum_q_ref, NULL, NULL };
+	const char *names[] = { "ref", "avx2", "vnni-256", "avx512" };
+	score_q_fn score[4] = { kv_score_q_ref, NULL, NULL, NULL };
+	accum_q_fn accum[4] = { kv_accum_q_ref, NULL, NULL, NULL };
 	const char *lvl = tkv_kernel_level();
 
 	if (strcmp(lvl, "ref")) {
@@ -297,7 +297,9 @@ static int bench_attn(void)
 	}
 	if (!strcmp(lvl, "avx512")) {
 		score[2] = kv_score_q_vnni;
-		accum[2] = kv_accum_q_avx512;
+		accum[2] = kv_accum_q_avx2;
+		score[3] = kv_score_q_avx512;
+		accum[3] = kv_accum_q_avx512;
 	}
 	tu_rng_seed(11);
 	for (uint32_t d = 64; d <= 128; d *= 2) {
@@ -318,7 +320,7 @@ static int bench_attn(void)
 		for (uint32_t i = 0; i < NQ * CAP; i++)
 			w[i] = tu_rng_f(0.0f, 1.0f / CAP);
 		kv_tier_pack(KV_FMT_Q4, kreg, vreg, CAP, d, K, V, CAP);
-		for (int k = 0; k < 3; k++) {
+		for (int k = 0; k < 4; k++) {
 			double t0, ts, ta;
 			int reps = k == 0 ? REPS / 20 : REPS;
 

@@ -514,12 +514,16 @@ static void check_q_page(uint32_t d, const float *K, const float *V, uint32_t j0
 			if (fs && !(fabs(logit2[h * stride + i] - got) <= 8e-6 * scale * mag + 1e-6))
 				fail_msg("d %u head %u row %u: SIMD score %.9g, reference %.9g", d, h, j0 + i,
 					 (double)logit2[h * stride + i], (double)got);
-			if (fs != NULL && fs != kv_score_q_avx2) { /* the AVX2 version too */
+			if (fs != NULL && fs != kv_score_q_avx2) { /* the AVX2 and 256-bit VNNI versions too */
 				float l4[70];
 
 				assert_int_equal(kv_score_q_avx2(4, kreg, j0 + i, 1, d, qh, 1, scale, l4, 1, NULL), 1);
 				if (!(fabs(l4[0] - got) <= 8e-6 * scale * mag + 1e-6))
 					fail_msg("d %u head %u row %u: AVX2 score %.9g, reference %.9g", d, h, j0 + i,
+						 (double)l4[0], (double)got);
+				assert_int_equal(kv_score_q_vnni(4, kreg, j0 + i, 1, d, qh, 1, scale, l4, 1, NULL), 1);
+				if (!(fabs(l4[0] - got) <= 8e-6 * scale * mag + 1e-6))
+					fail_msg("d %u head %u row %u: VNNI score %.9g, reference %.9g", d, h, j0 + i,
 						 (double)l4[0], (double)got);
 			}
 			e->score_int += (got - exact) * (got - exact);

@@ -66,6 +66,8 @@ int kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, ui
 		    uint32_t nq, float scale, float *logit, size_t stride, const float *lim);
 int kv_score_q_vnni(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
 		    uint32_t nq, float scale, float *logit, size_t stride, const float *lim);
+int kv_score_q_avx512(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+		      uint32_t nq, float scale, float *logit, size_t stride, const float *lim);
 void kv_accum_q_avx2(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
 		     const float *w, size_t stride, uint32_t nq, float *out);
 void kv_accum_q_avx512(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,

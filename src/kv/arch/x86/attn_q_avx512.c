@@ -1,7 +1,15 @@
-/* attn_q_avx512.c - the value kernel of q4 pages (kv_accum_q_ref in attn.c,
- * attn_impl.h says what it computes) on 512-bit registers with AVX512-VNNI,
- * for d 64 and 128. The same integers as kv_accum_q_ref and kv_accum_q_avx2.
+/* attn_q_avx512.c - the q4 page kernels (kv_score_q_ref and kv_accum_q_ref
+ * in attn.c, attn_impl.h says what they compute) on 512-bit registers with
+ * AVX512-VNNI, for d 64 and 128. The same integers as the references and
+ * the AVX2 versions.
  *
+ * Keys: a row's 64 codes widen to int16 in two registers, channels 0-15 and
+ * 32-47 in one, 16-31 and 48-63 in the other (the order the nibbles unpack
+ * in), and each head's 16-bit query is laid out alike; two vpdpwssd give a
+ * row's 16 partial sums for a head, and the partial sums of 16 rows are
+ * added across lanes in four steps into one register of 16 rows' scores.
+ *
+ * Values:
  * The codes of four rows are interleaved once per tile so that each int32
  * lane holds one channel's four codes (rows 4p..4p+3, one byte each); one
  * vpdpbusd then adds those four codes times the rows' 8-bit weights into
@@ -24,16 +32,17 @@
 
 #include "kv/attn_impl.h"
 
-#define INLINE static inline __attribute__((always_inline))
+/* prep_query, page_matters (INLINE too) */
+#define DOT_I16(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
+#include "kv/arch/x86/attn_q_x86.h"
 
 /* The codes of 64 channels of a row in channel order within 128-bit lanes:
  * lo = channels 0-15 | 32-47, hi = 16-31 | 48-63 (one byte each). */
 INLINE void row_bytes(const uint8_t *p, __m256i *lo, __m256i *hi)
 {
-	const __m256i m4 = _mm256_set1_epi8(15);
-	__m256i b = _mm256_loadu_si256((const __m256i *)p);
-	__m256i e = _mm256_and_si256(b, m4), o = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+	__m256i e, o;
 
+	row_eo(p, &e, &o);
 	*lo = _mm256_unpacklo_epi8(e, o);
 	*hi = _mm256_unpackhi_epi8(e, o);
 }
@@ -68,6 +77,98 @@ INLINE void quad_codes(const uint8_t *const r[4], __m512i z[4])
 		z[3] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_unpacklo_epi16(d01, d23)),
 					  _mm256_unpackhi_epi16(d01, d23), 1);
 	}
+}
+
+/* Lane r of the result: the sum of the 16 lanes of a[r] (16 rows' partial
+ * sums into 16 rows' sums). */
+INLINE __m512i sum16_epi32(const __m512i a[16])
+{
+	__m512i s[8], t[4], w01, w23;
+
+	for (int k = 0; k < 8; k++) /* per 128-bit lane: rows 2k, 2k + 1, 2k, 2k + 1 */
+		s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * k], a[2 * k + 1]),
+					_mm512_unpackhi_epi32(a[2 * k], a[2 * k + 1]));
+	for (int k = 0; k < 4; k++) /* per 128-bit lane: rows 4k .. 4k + 3 */
+		t[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
+					_mm512_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+	/* the four 128-bit lanes of each t[k] added */
+	w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x44), _mm512_shuffle_i32x4(t[0], t[1], 0xee));
+	w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x44), _mm512_shuffle_i32x4(t[2], t[3], 0xee));
+	return _mm512_add_epi32(_mm512_shuffle_i32x4(w01, w23, 0x88), _mm512_shuffle_i32x4(w01, w23, 0xdd));
+}
+
+/* kv_score_q_avx512 for nc chunks of 64 channels (a constant where inlined). */
+INLINE void score_q4_512(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint32_t n, const float *q,
+			 uint32_t nq, float scale, float *logit, size_t stride)
+{
+	const uint32_t d = 64 * nc;
+	const size_t rb = 32 * (size_t)nc;
+	float s[KV_Q_MAX_D], m[KV_Q_MAX_D], base[QHEADS], r[QHEADS];
+	__m256i qv[KV_Q_MAX_D / 16];
+	__m512i qz[QHEADS][KV_Q_MAX_D / 32], kz[16][KV_Q_MAX_D / 32];
+
+	for (uint32_t c = 0; c < d; c += 8) {
+		_mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c))));
+		_mm256_storeu_ps(m + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + d + c))));
+	}
+	for (uint32_t h0 = 0; h0 < nq; h0 += QHEADS) {
+		uint32_t nh = nq - h0 < QHEADS ? nq - h0 : QHEADS;
+
+		for (uint32_t h = 0; h < nh; h++) {
+			prep_query(q + (size_t)(h0 + h) * d, s, m, d, qv, &base[h], &r[h]);
+			for (uint32_t t = 0; t < nc; t++) { /* the rows' channel order */
+				qz[h][2 * t] = _mm512_inserti64x4(_mm512_castsi256_si512(qv[4 * t]), qv[4 * t + 2], 1);
+				qz[h][2 * t + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(qv[4 * t + 1]), qv[4 * t + 3], 1);
+			}
+		}
+		for (uint32_t i0 = 0; i0 < n; i0 += 16) {
+			uint32_t mr = n - i0 < 16 ? n - i0 : 16;
+
+			for (uint32_t i = 0; i < 16; i++)
+				for (uint32_t t = 0; t < nc; t++) {
+					if (i < mr) {
+						__m256i e, o;
+
+						row_eo(codes + (i0 + i) * rb + 32 * t, &e, &o);
+						kz[i][2 * t] = _mm512_cvtepu8_epi16(_mm256_unpacklo_epi8(e, o));
+						kz[i][2 * t + 1] = _mm512_cvtepu8_epi16(_mm256_unpackhi_epi8(e, o));
+					} else {
+						kz[i][2 * t] = kz[i][2 * t + 1] = _mm512_setzero_si512();
+					}
+				}
+			for (uint32_t h = 0; h < nh; h++) {
+				__m512i acc[16];
+
+				/* |sum| <= d * 15 * 32767: within int32 */
+				for (uint32_t i = 0; i < 16; i++) {
+					acc[i] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), kz[i][0], qz[h][0]);
+					for (uint32_t k = 1; k < 2 * nc; k++)
+						acc[i] = _mm512_dpwssd_epi32(acc[i], kz[i][k], qz[h][k]);
+				}
+				_mm512_mask_storeu_ps(logit + (size_t)(h0 + h) * stride + i0, (__mmask16)((1u << mr) - 1),
+						      _mm512_mul_ps(_mm512_set1_ps(scale),
+								    _mm512_fmadd_ps(_mm512_set1_ps(r[h]),
+										    _mm512_cvtepi32_ps(sum16_epi32(acc)),
+										    _mm512_set1_ps(base[h]))));
+			}
+		}
+	}
+}
+
+int kv_score_q_avx512(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
+		      uint32_t nq, float scale, float *logit, size_t stride, const float *lim)
+{
+	const uint16_t *ps = kreg;
+	const uint8_t *codes = (const uint8_t *)(ps + 2 * d) + (size_t)j0 * d / 2;
+
+	(void)bits; /* 4 */
+	if (lim && !page_matters(ps, d, q, nq, scale, lim))
+		return 0;
+	if (d == 64)
+		score_q4_512(1, ps, codes, n, q, nq, scale, logit, stride);
+	else
+		score_q4_512(2, ps, codes, n, q, nq, scale, logit, stride);
+	return 1;
 }
 
 /* kv_accum_q_avx512 for nc chunks of 64 channels (a constant where inlined). */

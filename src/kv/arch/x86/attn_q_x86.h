@@ -1,7 +1,8 @@
 /* attn_q_x86.h - the key side of the q4 integer kernels (attn_q_avx2.c says
- * how they work), shared by attn_q_avx2.c and attn_q_vnni.c: each includes it
- * after defining DOT_I16(acc, a, b), acc + the int32 pair sums of a * b
- * (vpmaddwd + vpaddd, or vpdpwssd where the CPU has AVX512-VNNI). */
+ * how they work), shared by attn_q_avx2.c, attn_q_vnni.c and attn_q_avx512.c
+ * (which takes its row and query preparation): each includes it after
+ * defining DOT_I16(acc, a, b), acc + the int32 pair sums of a * b (vpmaddwd +
+ * vpaddd, or vpdpwssd where the CPU has AVX512-VNNI). */
 #ifndef TKV_KV_ARCH_X86_ATTN_Q_X86_H
 #define TKV_KV_ARCH_X86_ATTN_Q_X86_H
 

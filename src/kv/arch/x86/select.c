@@ -31,7 +31,7 @@ void kv_attn_arch_select(struct kv_attn_kernels *k, enum cpu_level level)
 	k->accum_q4 = kv_accum_q_avx2;
 	if (level < CPU_LEVEL_AVX512)
 		return;
-	/* vpdpwssd for the q4 key scores, 512-bit vpdpbusd for their values */
-	k->score_q4 = kv_score_q_vnni;
+	/* 512-bit vpdpwssd for the q4 key scores, vpdpbusd for their values */
+	k->score_q4 = kv_score_q_avx512;
 	k->accum_q4 = kv_accum_q_avx512;
 }
