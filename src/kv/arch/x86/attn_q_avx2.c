@@ -22,11 +22,7 @@
 #define DOT_I16(acc, a, b) _mm256_add_epi32((acc), _mm256_madd_epi16((a), (b)))
 #include "kv/arch/x86/attn_q_x86.h"
 
-int kv_score_q_avx2(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-		    uint32_t nq, float scale, float *logit, size_t stride, const float *lim)
-{
-	return score_q(bits, kreg, j0, n, d, q, nq, scale, logit, stride, lim);
-}
+Q4_SCORE_ENTRY(kv_score_q_avx2, score_q4)
 
 /* Sixteen weights as bytes (row order) from two vectors of 8 floats in [0, 127.5). */
 static inline __m128i bytes16(__m256 u0, __m256 u1)
@@ -153,16 +149,4 @@ INLINE void accum_q4(uint32_t nc, const uint16_t *par, const uint8_t *codes, uin
 	}
 }
 
-void kv_accum_q_avx2(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
-		     const float *w, size_t stride, uint32_t nq, float *out)
-{
-	const uint32_t ng = d / 32;
-	const uint16_t *par = (const uint16_t *)vreg + (size_t)j0 * ng * 2;
-	const uint8_t *codes = (const uint8_t *)((const uint16_t *)vreg + (size_t)cap * ng * 2) + (size_t)j0 * d / 2;
-
-	(void)bits; /* 4 */
-	if (d == 64)
-		accum_q4(1, par, codes, n, w, stride, nq, out);
-	else
-		accum_q4(2, par, codes, n, w, stride, nq, out);
-}
+Q4_ACCUM_ENTRY(kv_accum_q_avx2, accum_q4)

@@ -107,10 +107,7 @@ INLINE void score_q4_512(uint32_t nc, const uint16_t *ps, const uint8_t *codes, 
 	__m256i qv[KV_Q_MAX_D / 16];
 	__m512i qz[QHEADS][KV_Q_MAX_D / 32], kz[16][KV_Q_MAX_D / 32];
 
-	for (uint32_t c = 0; c < d; c += 8) {
-		_mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c))));
-		_mm256_storeu_ps(m + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + d + c))));
-	}
+	page_params(ps, d, s, m);
 	for (uint32_t h0 = 0; h0 < nq; h0 += QHEADS) {
 		uint32_t nh = nq - h0 < QHEADS ? nq - h0 : QHEADS;
 
@@ -155,21 +152,7 @@ INLINE void score_q4_512(uint32_t nc, const uint16_t *ps, const uint8_t *codes, 
 	}
 }
 
-int kv_score_q_avx512(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-		      uint32_t nq, float scale, float *logit, size_t stride, const float *lim)
-{
-	const uint16_t *ps = kreg;
-	const uint8_t *codes = (const uint8_t *)(ps + 2 * d) + (size_t)j0 * d / 2;
-
-	(void)bits; /* 4 */
-	if (lim && !page_matters(ps, d, q, nq, scale, lim))
-		return 0;
-	if (d == 64)
-		score_q4_512(1, ps, codes, n, q, nq, scale, logit, stride);
-	else
-		score_q4_512(2, ps, codes, n, q, nq, scale, logit, stride);
-	return 1;
-}
+Q4_SCORE_ENTRY(kv_score_q_avx512, score_q4_512)
 
 /* kv_accum_q_avx512 for nc chunks of 64 channels (a constant where inlined). */
 INLINE void accum_q4(uint32_t nc, const uint16_t *par, const uint8_t *codes, uint32_t n, const float *w, size_t stride,
@@ -280,16 +263,4 @@ INLINE void accum_q4(uint32_t nc, const uint16_t *par, const uint8_t *codes, uin
 	}
 }
 
-void kv_accum_q_avx512(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,
-		       const float *w, size_t stride, uint32_t nq, float *out)
-{
-	const uint32_t ng = d / 32;
-	const uint16_t *par = (const uint16_t *)vreg + (size_t)j0 * ng * 2;
-	const uint8_t *codes = (const uint8_t *)((const uint16_t *)vreg + (size_t)cap * ng * 2) + (size_t)j0 * d / 2;
-
-	(void)bits; /* 4 */
-	if (d == 64)
-		accum_q4(1, par, codes, n, w, stride, nq, out);
-	else
-		accum_q4(2, par, codes, n, w, stride, nq, out);
-}
+Q4_ACCUM_ENTRY(kv_accum_q_avx512, accum_q4)

@@ -7,8 +7,4 @@
 #define DOT_I16(acc, a, b) _mm256_dpwssd_epi32((acc), (a), (b))
 #include "kv/arch/x86/attn_q_x86.h"
 
-int kv_score_q_vnni(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-		    uint32_t nq, float scale, float *logit, size_t stride, const float *lim)
-{
-	return score_q(bits, kreg, j0, n, d, q, nq, scale, logit, stride, lim);
-}
+Q4_SCORE_ENTRY(kv_score_q_vnni, score_q4)

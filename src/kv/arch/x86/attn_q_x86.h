@@ -39,6 +39,15 @@ static inline void row_i16(const uint8_t *p, __m256i x[4])
 	x[3] = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(hi, 1));
 }
 
+/* A page's per-channel key scales s and minima m (f16 in its K region) as floats. */
+static inline void page_params(const uint16_t *ps, uint32_t d, float *s, float *m)
+{
+	for (uint32_t c = 0; c < d; c += 8) {
+		_mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c))));
+		_mm256_storeu_ps(m + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + d + c))));
+	}
+}
+
 /* The 16-bit query of one head (16 channels per register, in order) from q
  * and the page's per-channel s, m; see kv_score_q_ref. */
 static inline void prep_query(const float *q, const float *s, const float *m, uint32_t d, __m256i *qv, float *base,
@@ -88,10 +97,7 @@ INLINE void score_q4(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint
 	float s[KV_Q_MAX_D], m[KV_Q_MAX_D], base[QHEADS], r[QHEADS];
 	__m256i qv[QHEADS][KV_Q_MAX_D / 16], kb[8][KV_Q_MAX_D / 16];
 
-	for (uint32_t c = 0; c < d; c += 8) {
-		_mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + c))));
-		_mm256_storeu_ps(m + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ps + d + c))));
-	}
+	page_params(ps, d, s, m);
 	for (uint32_t h0 = 0; h0 < nq; h0 += QHEADS) {
 		uint32_t nh = nq - h0 < QHEADS ? nq - h0 : QHEADS;
 
@@ -152,20 +158,41 @@ static int page_matters(const uint16_t *ps, uint32_t d, const float *q, uint32_t
 	return 0;
 }
 
-static inline int score_q(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,
-			  uint32_t nq, float scale, float *logit, size_t stride, const float *lim)
-{
-	const uint16_t *ps = kreg;
-	const uint8_t *codes = (const uint8_t *)(ps + 2 * d) + (size_t)j0 * d / 2;
+/* The entry points (attn_impl.h): a page's regions and the dispatch on d, 64
+ * or 128, to a kernel body inlined for 1 or 2 chunks of 64 channels:
+ * KERNEL(nc, ps, codes, n, q, nq, scale, logit, stride) for keys,
+ * KERNEL(nc, par, codes, n, w, stride, nq, out) for values. */
+#define Q4_SCORE_ENTRY(NAME, KERNEL)                                                                          \
+	int NAME(uint32_t bits, const void *kreg, uint32_t j0, uint32_t n, uint32_t d, const float *q,          \
+		 uint32_t nq, float scale, float *logit, size_t stride, const float *lim)                       \
+	{                                                                                                       \
+		const uint16_t *ps = kreg;                                                                      \
+		const uint8_t *codes = (const uint8_t *)(ps + 2 * d) + (size_t)j0 * d / 2;                      \
+                                                                                                                \
+		(void)bits; /* 4 */                                                                             \
+		if (lim && !page_matters(ps, d, q, nq, scale, lim))                                             \
+			return 0;                                                                               \
+		if (d == 64)                                                                                    \
+			KERNEL(1, ps, codes, n, q, nq, scale, logit, stride);                                   \
+		else                                                                                            \
+			KERNEL(2, ps, codes, n, q, nq, scale, logit, stride);                                   \
+		return 1;                                                                                       \
+	}
 
-	(void)bits; /* 4 */
-	if (lim && !page_matters(ps, d, q, nq, scale, lim))
-		return 0;
-	if (d == 64)
-		score_q4(1, ps, codes, n, q, nq, scale, logit, stride);
-	else
-		score_q4(2, ps, codes, n, q, nq, scale, logit, stride);
-	return 1;
-}
+#define Q4_ACCUM_ENTRY(NAME, KERNEL)                                                                          \
+	void NAME(uint32_t bits, const void *vreg, uint32_t cap, uint32_t j0, uint32_t n, uint32_t d,          \
+		  const float *w, size_t stride, uint32_t nq, float *out)                                       \
+	{                                                                                                       \
+		const uint32_t ng = d / 32;                                                                     \
+		const uint16_t *par = (const uint16_t *)vreg + (size_t)j0 * ng * 2;                             \
+		const uint8_t *codes =                                                                          \
+			(const uint8_t *)((const uint16_t *)vreg + (size_t)cap * ng * 2) + (size_t)j0 * d / 2;  \
+                                                                                                                \
+		(void)bits; /* 4 */                                                                             \
+		if (d == 64)                                                                                    \
+			KERNEL(1, par, codes, n, w, stride, nq, out);                                           \
+		else                                                                                            \
+			KERNEL(2, par, codes, n, w, stride, nq, out);                                           \
+	}
 
 #endif
