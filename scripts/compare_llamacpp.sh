@@ -27,7 +27,11 @@
 # OpenMP threads otherwise spin at each barrier, and with more busy threads
 # than cores one measured TinyLlama Q4_K_M decode at 0.28-0.78 t/s instead of
 # 17), THREADS (2), REPS (3), ROUNDS (1), PP (512), TG (128), AVX2 (1: also
-# tierkv's prefill with AVX2 forced; 0: not), MODELS (default
+# tierkv's prefill with AVX2 forced; 0: not), LLAMA_AVX2_BIN (a directory with
+# the llama-bench of a second llama.cpp build without AVX-512, e.g. cmake
+# -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# -DGGML_AVX512=OFF: its prefill runs right before tierkv's AVX2-forced one,
+# and the table gets the AVX2-against-AVX2 ratio too), MODELS (default
 # /tmp/tierkv-models), VOCAB (default: the shape's family's in ../shared/vocab -
 # qwen2 for qwen* and phi4*, gemma-4 for gemma*, phi-3 for phi3*, llama-bpe for
 # llama3*, llama-spm otherwise),
@@ -55,7 +59,7 @@ esac
 vocab=${VOCAB:-../shared/vocab/ggml-vocab-$voc.gguf}
 out=${OUT:-/tmp/tierkv-compare}
 
-for f in "$bin/llama-bench" "$bin/llama-quantize" "$tierkv"; do
+for f in "$bin/llama-bench" "$bin/llama-quantize" "$tierkv" ${LLAMA_AVX2_BIN:+"$LLAMA_AVX2_BIN/llama-bench"}; do
 	[ -x "$f" ] || { echo "compare_llamacpp: $f is not an executable (see the top of this script)" >&2; exit 2; }
 done
 command -v python3 >/dev/null || { echo "compare_llamacpp: python3 is needed for the table" >&2; exit 2; }
@@ -70,8 +74,8 @@ for t in $types; do
 		{ echo "compare_llamacpp: llama-quantize $t failed (see $out/quantize-$t.log)" >&2; exit 1; }
 done
 
-llama() { # file type test-args
-	OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$bin/llama-bench" -m "$1" $3 ${LLAMA_ARGS:-} -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
+llama() { # file type test-args [bin-dir]
+	OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "${4:-$bin}/llama-bench" -m "$1" $3 ${LLAMA_ARGS:-} -t "$threads" -r "$reps" -o jsonl >>"$out/llama-$2.jsonl"
 }
 tkv() { # file type test-args [kernels]
 	TIERKV_KERNELS=${4:-auto} "$tierkv" bench -m "$1" $3 -t "$threads" -r "$reps" -o json \
@@ -90,13 +94,18 @@ for r in $(seq "$rounds"); do
 				llama "$f" "$t" "$test"
 			fi
 		done
-		[ "$avx2" = 1 ] && tkv "$f" "$t" "-p $pp -n 0" avx2
+		if [ "$avx2" = 1 ]; then
+			if [ -n "${LLAMA_AVX2_BIN:-}" ]; then
+				llama "$f" "$t-avx2" "-p $pp -n 0" "$LLAMA_AVX2_BIN"
+			fi
+			tkv "$f" "$t" "-p $pp -n 0" avx2
+		fi
 	done
 done
 
-python3 - "$out" "$shape" "$pp" "$tg" $types <<'EOF'
+python3 - "$out" "$shape" "$pp" "$tg" "${LLAMA_AVX2_BIN:+1}" $types <<'EOF'
 import json, os, sys, collections
-out, shape, pp, tg, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+out, shape, pp, tg, l2, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == '1', sys.argv[6:]
 
 def load(path):
     """test -> list of mean rates (one per round), and decode limit data"""
@@ -128,22 +137,24 @@ def ratio(a, b):
     return r
 pt, tt = 'pp' + pp, 'tg' + tg
 print('| %s | llama.cpp %s | tierkv %s | ratio | tierkv of limit | llama.cpp of limit '
-      '| llama.cpp %s | tierkv %s | ratio | tierkv %s, AVX2 forced | ratio |' % (shape, tt, tt, pt, pt, pt))
-print('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |')
+      '| llama.cpp %s | tierkv %s | ratio | tierkv %s, AVX2 forced | ratio |%s' % (
+          shape, tt, tt, pt, pt, pt, ' llama.cpp %s, AVX2 build | AVX2 against AVX2 |' % pt if l2 else ''))
+print('| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |' + (' ---: | ---: |' if l2 else ''))
 bws, kerns = [], set()
 for t in types:
     lr = load('%s/llama-%s.jsonl' % (out, t))[0]
     kr, kl, kf, kb, kk = load('%s/tierkv-%s.jsonl' % (out, t))
     ar = load('%s/tierkv-avx2-%s.jsonl' % (out, t))[0]
+    l2r = load('%s/llama-%s-avx2.jsonl' % (out, t))[0]
     bws += kb[tt]
     for v in kk.values():
         kerns.update(v)
     ltg, ktg, lpp, kpp, apl = avg(lr[tt]), avg(kr[tt]), avg(lr[pt]), avg(kr[pt]), avg(ar[pt])
     lim = avg(kl[tt])
-    print('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+    print('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |%s' % (
         t, fmt(ltg), fmt(ktg), ratio(kr[tt], lr[tt]), fmt(100 * avg(kf[tt]), '%.0f%%'),
         fmt(100 * ltg / lim, '%.0f%%'), fmt(lpp), fmt(kpp), ratio(kr[pt], lr[pt]), fmt(apl),
-        ratio(ar[pt], lr[pt])))
+        ratio(ar[pt], lr[pt]), ' %s | %s |' % (fmt(avg(l2r[pt])), ratio(ar[pt], l2r[pt])) if l2 else ''))
 if bws:
     print('\ntierkv kernels %s; memory bandwidth reading the weights, measured before each decode run: '
           '%.1f-%.1f GB/s; limit = that bandwidth / bytes read per token (weights + K+V)' % (

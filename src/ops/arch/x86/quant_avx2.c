@@ -686,7 +686,10 @@ void pack_q5_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
 /* The panel dot for nc (constant after inlining) activation rows. kind
  * decides how often the int16 sums go to int32: U4 after all 8 groups (8 x 2
  * x 15 x 127 < 2^15), U5 after 4 (4 x 2 x 31 x 127), S8 after each (|w| and y
- * with w's sign, 2 x 128 x 127). */
+ * with w's sign, 2 x 128 x 127). The group loops unroll by 2, not 8: fully
+ * unrolled, GCC hoisted every group's loads and spilled the 16 vector
+ * registers' sums to the stack (q4_0 prefill: 145 against 210 GFLOP/s a
+ * core, bench_kernels mm). */
 static inline __attribute__((always_inline)) void panel_cols(int64_t n, const uint8_t *panel, const void *a, size_t as,
 							     int nc, float *s, size_t ss, int kind)
 {
@@ -707,6 +710,7 @@ static inline __attribute__((always_inline)) void panel_cols(int64_t n, const ui
 		if (kind == OPS_PANEL_S8) {
 			for (int c = 0; c < nc; c++)
 				isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
 			for (int g = 0; g < 8; g++) {
 				__m256i wq = _mm256_loadu_si256((const __m256i *)(pb + 32 * g)), aw = _mm256_abs_epi8(wq);
 
@@ -726,6 +730,7 @@ static inline __attribute__((always_inline)) void panel_cols(int64_t n, const ui
 
 				for (int c = 0; c < nc; c++)
 					s16[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
 				for (int g = g0; g < g0 + per; g++) {
 					__m256i wq = _mm256_loadu_si256((const __m256i *)(pb + 32 * g));
 
