@@ -200,13 +200,13 @@ static const ops_dot_rows_fn ref_dot[TKV_DTYPE_COUNT] = {
 static const ops_pack_fn ref_pack[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = pack_q4_0_ref, [TKV_Q8_0] = pack_q8_0_ref, [TKV_Q4_K] = pack_q4_k_ref, [TKV_Q5_K] = pack_q5_k_ref,
 	[TKV_Q4_1] = pack_q4_1_ref, [TKV_Q5_0] = pack_q5_0_ref, [TKV_Q5_1] = pack_q5_1_ref,
-	[TKV_IQ4_NL] = pack_iq4_nl_ref, [TKV_IQ4_XS] = pack_iq4_xs_ref,
+	[TKV_IQ4_NL] = pack_iq4_nl_ref, [TKV_IQ4_XS] = pack_iq4_xs_ref, [TKV_Q6_K] = pack_q6_k_ref,
 };
 
 static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = panel_u_ref, [TKV_Q8_0] = panel_s8_ref, [TKV_Q4_K] = panel_u_ref, [TKV_Q5_K] = panel_u_ref,
 	[TKV_Q4_1] = panel_u_ref, [TKV_Q5_0] = panel_u_ref, [TKV_Q5_1] = panel_u_ref,
-	[TKV_IQ4_NL] = panel_s8_ref, [TKV_IQ4_XS] = panel_s8_ref,
+	[TKV_IQ4_NL] = panel_s8_ref, [TKV_IQ4_XS] = panel_s8_ref, [TKV_Q6_K] = panel_k6_ref,
 };
 
 static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
@@ -581,7 +581,7 @@ static void test_panels(void **state)
 			memset(got, 0x55, sizeof got);
 			ref_pack[type](rows, ws, nr, N, want);
 			k->pack(rows, ws, nr, N, got);
-			if (memcmp(want, got, sizeof want) != 0)
+			if (memcmp(want, got, type == TKV_Q6_K ? N / 256 * OPS_PANEL_K6_BLOCK : sizeof want) != 0)
 				fail_msg("%s: SIMD panel bytes differ from the reference (%d rows)", tkv_dtype_name(type), nr);
 			for (int c = 0; c < nc; c++) {
 				make_x(x, N, c == 1);
@@ -938,8 +938,9 @@ static void test_avx512_kernels(void **state)
 			}
 		}
 		/* two panels as 16 rows, for 1..8 activation rows */
-		for (size_t t = 0; t < 2; t++) {
-			uint32_t type = t ? TKV_Q5_K : TKV_Q4_0;
+		for (size_t t = 0; t < 3; t++) {
+			uint32_t type = t == 2 ? TKV_Q6_K : t ? TKV_Q5_K : TKV_Q4_0;
+			ops_panel2_fn fn = type == TKV_Q6_K ? panel2_k6_avx512 : panel2_u_avx512;
 			size_t rb = tkv_dtype_row_size(type, XCOLS), pstride = XCOLS / 32 * OPS_PANEL_BLOCK;
 			static unsigned char panels[2 * XCOLS / 32 * OPS_PANEL_BLOCK];
 
@@ -954,9 +955,9 @@ static void test_avx512_kernels(void **state)
 			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
 				float got[OPS_PANEL_COLS * 16], want[OPS_PANEL_COLS * 16];
 
-				panel2_u_avx512(XCOLS, panels, pstride, xact, sizeof xact[0], nc, got, 16);
-				panel_u_ref(XCOLS, panels, xact, sizeof xact[0], nc, want, 16);
-				panel_u_ref(XCOLS, panels + pstride, xact, sizeof xact[0], nc, want + 8, 16);
+				fn(XCOLS, panels, pstride, xact, sizeof xact[0], nc, got, 16);
+				ref_panel[type](XCOLS, panels, xact, sizeof xact[0], nc, want, 16);
+				ref_panel[type](XCOLS, panels + pstride, xact, sizeof xact[0], nc, want + 8, 16);
 				for (int c = 0; c < nc; c++)
 					for (int r = 0; r < 16; r++) {
 						double mag = 0.0;

@@ -250,6 +250,23 @@ _Static_assert(OPS_PANEL_BLOCK == OPS_PANEL_ROWS * 32 + 2 * OPS_PANEL_ROWS * siz
 
 enum ops_panel_kind { OPS_PANEL_NONE = 0, OPS_PANEL_U4, OPS_PANEL_U5, OPS_PANEL_S8 };
 
+/* q6_k's panel: its scales change every 16 values, so a block of 32 cannot
+ * carry one d per row. Its panel blocks are super-blocks of 256 columns
+ * (OPS_PANEL_K6_BLOCK bytes, fewer than 8 blocks of 32 of the others):
+ *
+ *   int8 q[64][8][4]   q - 32 (-32..31) of element 4g + e of row r at
+ *                      q[g][r][e], as above
+ *   int8 sc[16][16]    sc[h][2r] = sc[h][2r + 1]: row r's scale of values
+ *                      16h .. 16h + 15 (one load widens to the int16 factors
+ *                      of vpmaddwd for all 8 rows)
+ *   float d[8]         per-row d of the super-block
+ *
+ * against OPS_ACT_Q8_K32 activations: s = sum over super-blocks of d dy
+ * sum_h sc_h sum(q y). With |q - 32| <= 32 the int16 sums of vpmaddubsw hold
+ * all 16 values of a scale (4 x 2 x 32 x 127 < 2^15). */
+#define OPS_PANEL_K6_BLOCK (2048 + 256 + 32)
+_Static_assert(OPS_PANEL_K6_BLOCK <= 8 * OPS_PANEL_BLOCK, "a q6_k panel fits the room of 8 blocks of 32");
+
 /* Packs nr (<= 8) rows of W, ws bytes apart, n elements each, into a panel;
  * rows nr..7 are zero. */
 typedef void (*ops_pack_fn)(const void *w, size_t ws, int nr, int64_t n, void *panel);
@@ -351,6 +368,8 @@ void pack_q8_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_q4_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_q5_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void panel_u_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q6_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void panel_k6_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 
 void repack_q4_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);

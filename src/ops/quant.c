@@ -563,6 +563,54 @@ OPS_PACK_REF(q8_0)
 OPS_PACK_REF(q4_k)
 OPS_PACK_REF(q5_k)
 
+/* q6_k panels (ops_impl.h): one super-block of each row a panel block. */
+void pack_q6_k_ref(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	uint8_t *pb = panel;
+
+	memset(panel, 0, (size_t)(n / QK_K) * OPS_PANEL_K6_BLOCK);
+	for (int64_t b = 0; b < n / QK_K; b++, pb += OPS_PANEL_K6_BLOCK)
+		for (int r = 0; r < nr; r++) {
+			const struct blk_q6_k *x = (const struct blk_q6_k *)((const char *)w + (size_t)r * ws) + b;
+			float d = F16(x->d);
+
+			for (int e = 0; e < QK_K; e++)
+				pb[32 * (e / 4) + 4 * r + e % 4] = (uint8_t)(int8_t)(q6_k_value(x, e) - 32);
+			for (int h = 0; h < QK_K / 16; h++)
+				pb[2048 + 16 * h + 2 * r] = pb[2048 + 16 * h + 2 * r + 1] = (uint8_t)x->scales[h];
+			memcpy(pb + 2304 + 4 * r, &d, sizeof d);
+		}
+}
+
+void panel_k6_ref(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < OPS_PANEL_ROWS; r++) {
+			const uint8_t *pb = panel;
+			float acc = 0.0f;
+
+			for (int64_t b = 0; b < n / QK_K; b++, pb += OPS_PANEL_K6_BLOCK) {
+				const struct blk_q8_32 *yb = y + 8 * b;
+				int isum = 0;
+				float d;
+
+				for (int h = 0; h < QK_K / 16; h++) {
+					int dot = 0;
+
+					for (int e = 16 * h; e < 16 * h + 16; e++)
+						dot += (int8_t)pb[32 * (e / 4) + 4 * r + e % 4] * yb[e / 32].qs[e % 32];
+					isum += (int8_t)pb[2048 + 16 * h + 2 * r] * dot;
+				}
+				memcpy(&d, pb + 2304 + 4 * r, sizeof d);
+				acc += d * yb[0].d * (float)isum;
+			}
+			s[(size_t)c * ss + r] = acc;
+		}
+	}
+}
+
 /* sum over blocks of (d dy) sum(q y) + m s, per row; q unsigned or signed. */
 static void panel_dot(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss,
 		      int is_signed)

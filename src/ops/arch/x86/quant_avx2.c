@@ -776,6 +776,110 @@ static inline __attribute__((always_inline)) void panel_cols(int64_t n, const ui
 		}                                                                                      \
 	}
 
+/* q6_k panels (ops_impl.h): each half of a super-block's values is four runs
+ * of 32 from its ql and qh bytes (see q6_k_value in quant.c), then every 4
+ * values go to their row's place in the group. */
+void pack_q6_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
+{
+	const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+	uint8_t *pb = panel;
+
+	memset(panel, 0, (size_t)(n / QK_K) * OPS_PANEL_K6_BLOCK);
+	for (int64_t b = 0; b < n / QK_K; b++, pb += OPS_PANEL_K6_BLOCK)
+		for (int r = 0; r < nr; r++) {
+			const struct blk_q6_k *x = (const struct blk_q6_k *)row_at(w, ws, r) + b;
+			uint8_t v[QK_K];
+			float d = f16(x->d);
+
+			for (int h = 0; h < 2; h++) {
+				__m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+				__m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+				__m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+				__m256i lo[4] = { l0, l1, _mm256_srli_epi16(l0, 4), _mm256_srli_epi16(l1, 4) };
+
+				for (int g = 0; g < 4; g++) {
+					__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m3);
+					__m256i q = _mm256_or_si256(_mm256_and_si256(lo[g], m15), _mm256_slli_epi16(hi, 4));
+
+					_mm256_storeu_si256((__m256i *)(v + 128 * h + 32 * g), _mm256_sub_epi8(q, k32));
+				}
+			}
+			for (int g = 0; g < QK_K / 4; g++)
+				memcpy(pb + 32 * g + 4 * r, v + 4 * g, 4);
+			for (int h = 0; h < QK_K / 16; h++)
+				pb[2048 + 16 * h + 2 * r] = pb[2048 + 16 * h + 2 * r + 1] = (uint8_t)x->scales[h];
+			memcpy(pb + 2304 + 4 * r, &d, sizeof d);
+		}
+}
+
+/* q6_k panels (ops_impl.h): |q - 32| times y with q's sign, each scale's 16
+ * values summed in int16, then multiplied by the rows' scales (vpmaddwd). */
+static inline __attribute__((always_inline)) void panel_k6_cols(int64_t n, const uint8_t *panel, const void *a,
+								size_t as, int nc, float *s, size_t ss)
+{
+	const struct blk_q8_32 *y[4];
+	__m256 acc[4];
+	const uint8_t *pb = panel;
+
+	for (int c = 0; c < nc; c++) {
+		y[c] = (const void *)((const char *)a + (size_t)c * as);
+		acc[c] = _mm256_setzero_ps();
+	}
+	for (int64_t b = 0; b < n / QK_K; b++, pb += OPS_PANEL_K6_BLOCK) {
+		__m256i isum[4];
+
+		for (int c = 0; c < nc; c++)
+			isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+		for (int j = 0; j < 8; j++) { /* a block of 32 activations: two scales */
+			const uint8_t *pj = pb + 256 * j;
+
+			for (int hh = 0; hh < 2; hh++) {
+				__m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(pb + 2048 + 32 * j + 16 * hh)));
+				__m256i s16[4];
+
+				for (int c = 0; c < nc; c++)
+					s16[c] = _mm256_setzero_si256();
+				for (int e = 4 * hh; e < 4 * hh + 4; e++) {
+					__m256i wq = _mm256_loadu_si256((const __m256i *)(pj + 32 * e)), aw = _mm256_abs_epi8(wq);
+
+					for (int c = 0; c < nc; c++)
+						s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(aw,
+							_mm256_sign_epi8(bcast4(y[c][8 * b + j].qs + 4 * e), wq)));
+				}
+				for (int c = 0; c < nc; c++)
+					isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], sc));
+			}
+		}
+		{
+			__m256 d = _mm256_loadu_ps((const float *)(pb + 2304));
+
+			for (int c = 0; c < nc; c++)
+				acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]),
+							 _mm256_mul_ps(d, _mm256_set1_ps(y[c][8 * b].d)), acc[c]);
+		}
+	}
+	for (int c = 0; c < nc; c++)
+		_mm256_storeu_ps(s + (size_t)c * ss, acc[c]);
+}
+
+void panel_k6_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	while (nc > 0) {
+		int k = nc > 4 ? 4 : nc;
+
+		switch (k) {
+		case 4: panel_k6_cols(n, panel, a, as, 4, s, ss); break;
+		case 3: panel_k6_cols(n, panel, a, as, 3, s, ss); break;
+		case 2: panel_k6_cols(n, panel, a, as, 2, s, ss); break;
+		default: panel_k6_cols(n, panel, a, as, 1, s, ss); break;
+		}
+		a = (const char *)a + (size_t)k * as;
+		s += (size_t)k * ss;
+		nc -= k;
+	}
+}
+
 PANEL_DISPATCH(panel_u4_avx2, OPS_PANEL_U4)
 PANEL_DISPATCH(panel_u5_avx2, OPS_PANEL_U5)
 PANEL_DISPATCH(panel_s8_avx2, OPS_PANEL_S8)

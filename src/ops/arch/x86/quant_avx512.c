@@ -453,6 +453,75 @@ static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const u
 		_mm512_storeu_ps(s + (size_t)c * ss, acc[c]);
 }
 
+/* q6_k's panels (ops_impl.h), two side by side as 16 rows: vpdpbusd of
+ * |q - 32| with y negated where q - 32 is negative sums each group of 4 into
+ * its row's lane; after the 4 groups of a scale the sum is multiplied by the
+ * rows' scales (every other byte of the panel's scale pairs). */
+static inline __attribute__((always_inline)) void panel2_k6_cols(int64_t n, const uint8_t *panel, size_t pstride,
+								 const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+	const struct blk_q8_32 *y[OPS_PANEL_COLS];
+	__m512 acc[OPS_PANEL_COLS];
+	const uint8_t *pa = panel, *pb = panel + pstride;
+
+	for (int c = 0; c < nc; c++) {
+		y[c] = (const void *)((const char *)a + (size_t)c * as);
+		acc[c] = _mm512_setzero_ps();
+	}
+	for (int64_t b = 0; b < n / QK_K; b++, pa += OPS_PANEL_K6_BLOCK, pb += OPS_PANEL_K6_BLOCK) {
+		__m512i isum[OPS_PANEL_COLS];
+
+		for (int c = 0; c < nc; c++)
+			isum[c] = _mm512_setzero_si512();
+#pragma GCC unroll 1
+		for (int h = 0; h < QK_K / 16; h++) {
+			__m128i sa = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 2048 + 16 * h)), even);
+			__m128i sb = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 2048 + 16 * h)), even);
+			__m512i sc = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(sa, sb));
+			__m512i s32[OPS_PANEL_COLS];
+
+			for (int c = 0; c < nc; c++)
+				s32[c] = _mm512_setzero_si512();
+			for (int g = 4 * h; g < 4 * h + 4; g++) {
+				__m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(pa + 32 * g))),
+								_mm256_loadu_si256((const __m256i *)(pb + 32 * g)), 1);
+				__m512i aw = _mm512_abs_epi8(wq);
+				__mmask64 neg = _mm512_movepi8_mask(wq);
+
+				for (int c = 0; c < nc; c++) {
+					int32_t v;
+					__m512i yv;
+
+					memcpy(&v, y[c][8 * b + g / 8].qs + 4 * (g % 8), sizeof v);
+					yv = _mm512_set1_epi32(v);
+					s32[c] = _mm512_dpbusd_epi32(s32[c], aw, _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv));
+				}
+			}
+			for (int c = 0; c < nc; c++)
+				isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s32[c], sc));
+		}
+		{
+			__m512 d = _mm512_castpd_ps(_mm512_insertf64x4(
+				_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + 2304)))),
+				_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + 2304))), 1));
+
+			for (int c = 0; c < nc; c++)
+				acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y[c][8 * b].d)),
+							 acc[c]);
+		}
+	}
+	for (int c = 0; c < nc; c++)
+		_mm512_storeu_ps(s + (size_t)c * ss, acc[c]);
+}
+
+#define CALL_K6(k) panel2_k6_cols(n, panel, pstride, a, as, k, s, ss)
+
+void panel2_k6_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	OPS_COLS_SWITCH8(nc, CALL_K6)
+}
+
 #define CALL_P2(k) panel2_cols(n, panel, pstride, a, as, k, s, ss)
 
 void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss)

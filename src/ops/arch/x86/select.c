@@ -65,6 +65,8 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q4_K].panel = panel_u4_avx2;
 	types[TKV_Q5_K].pack = pack_q5_k_avx2;
 	types[TKV_Q5_K].panel = panel_u5_avx2;
+	types[TKV_Q6_K].pack = pack_q6_k_avx2;
+	types[TKV_Q6_K].panel = panel_k6_avx2;
 	types[TKV_Q4_0].gemv_x8 = gemv_q4_0_x8_avx2;
 	types[TKV_Q4_0].pack_x8 = pack_q4_0_x8_avx2;
 	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx2;
@@ -104,4 +106,5 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	for (int t = 0; t < TKV_DTYPE_COUNT; t++)
 		if (types[t].panel == panel_u_vnni)
 			types[t].panel2 = panel2_u_avx512;
+	types[TKV_Q6_K].panel2 = panel2_k6_avx512;
 }

@@ -40,6 +40,8 @@ void pack_q5_1_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_iq4_nl_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_iq4_xs_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void panel_u4_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q6_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
+void panel_k6_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_u5_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q4_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
@@ -75,5 +77,7 @@ void dot_rows_q5_1_avx512(int64_t n, const void *w, size_t ws, int nr, const voi
 void dot_rows_iq4_nl_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_iq4_xs_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss);
+void panel2_k6_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s,
+		      size_t ss);
 
 #endif
