@@ -46,15 +46,20 @@ struct maint_job {
 	struct tkv_seq *s;
 	bool policy;  /* the policy has work (a cap, or it always acts) */
 	atomic_int status;   /* the first failure: the workers write it concurrently */
+	atomic_size_t next;  /* the next stream to maintain */
 };
 
 static void maint_worker(void *ctx, int ith, int nth)
 {
 	struct maint_job *j = ctx;
 	struct kv_seq *kv = j->s->kv;
-	size_t n = (size_t)kv->n_layer * kv->n_kv_head;
+	size_t n = (size_t)kv->n_layer * kv->n_kv_head, i;
 
-	for (size_t i = n * ith / nth; i < n * (ith + 1) / nth; i++) {
+	(void)ith;
+	(void)nth;
+	/* streams one at a time from a shared counter: a round falls on a few
+	 * streams a token, and which ones is not known in advance */
+	while ((i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n) {
 		int st, ok = TKV_OK;
 
 		kv_window_slide(kv, &kv->streams[i]); /* sliding layers keep their window */
@@ -73,7 +78,7 @@ static void maint_worker(void *ctx, int ith, int nth)
 /* Applies the sequence's cap to its streams and lets the policy enforce it. */
 int gov_seq_maintain(struct tkv_engine *e, struct tkv_seq *s)
 {
-	struct maint_job j = { e, s, false, TKV_OK };
+	struct maint_job j = { e, s, false, TKV_OK, 0 };
 	size_t n = (size_t)s->kv->n_layer * s->kv->n_kv_head;
 	bool tidy = false;
 
