@@ -210,11 +210,11 @@ static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
 };
 
 static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
-	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref,
+	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref, [TKV_Q4_K] = gemv_q4_k_x8_ref,
 };
 
 static const ops_pack_x8_fn ref_pack_x8[TKV_DTYPE_COUNT] = {
-	[TKV_Q4_0] = pack_q4_0_x8_ref,
+	[TKV_Q4_0] = pack_q4_0_x8_ref, [TKV_Q4_K] = pack_q4_k_x8_ref,
 };
 
 static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
@@ -712,10 +712,11 @@ static void test_matmul_threads(void **state)
 static void test_interleaved(void **state)
 {
 	enum { COLS = 512, ROWS = 48, NTOK = 19 };
-	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0 };
+	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K };
 	static unsigned char w[ROWS * COLS * 2], packed[ROWS * COLS * 2];
 	static unsigned char want_panel[COLS / 32 * OPS_PANEL_BLOCK], got_panel[COLS / 32 * OPS_PANEL_BLOCK];
-	static struct blk_q8_32 act[NTOK][COLS / 32];
+	static struct blk_q8_32 act[NTOK][COLS / 32]; /* room for either format: 40 > 292 / 8 bytes a 32 */
+	static float av[NTOK][COLS];
 	static float x[NTOK * COLS], y_rows[NTOK * ROWS], y_x8[NTOK * ROWS];
 	float s_ref[OPS_PANEL_COLS * 8], s_simd[OPS_PANEL_COLS * 8], dots[8];
 	size_t work_size = ops_matmul_work_size(COLS, NTOK, 2);
@@ -731,6 +732,7 @@ static void test_interleaved(void **state)
 		uint32_t type = x8_types[t];
 		const struct ops_type_kernels *k = ops_kernels(type);
 		size_t rb = tkv_dtype_row_size(type, COLS), gstride = COLS / 32 * k->x8_block;
+		size_t as = (size_t)(COLS / ops_act_blck[k->act_type]) * ops_act_size[k->act_type];
 		struct ops_mat m = { .data = w, .type = type, .rows = ROWS, .cols = COLS, .row_bytes = rb };
 		struct ops_mat mx = m;
 		assert_non_null(k->gemv_x8);
@@ -753,18 +755,32 @@ static void test_interleaved(void **state)
 		}
 		for (int tk = 0; tk < NTOK; tk++) {
 			make_x(x + (size_t)tk * COLS, COLS, tk == 2);
-			ref_act[OPS_ACT_Q8_32](x + (size_t)tk * COLS, act[tk], COLS);
+			prepare_act(type, x + (size_t)tk * COLS, COLS, (char *)act + (size_t)tk * as, av[tk]);
 		}
 		for (int g = 0; g < ROWS / 8; g++) {
 			const unsigned char *grp = packed + (size_t)g * gstride;
 
 			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
-				ref_x8[type](COLS, grp, act, sizeof act[0], nc, s_ref, 8);
-				k->gemv_x8(COLS, grp, act, sizeof act[0], nc, s_simd, 8);
+				ref_x8[type](COLS, grp, act, as, nc, s_ref, 8);
+				k->gemv_x8(COLS, grp, act, as, nc, s_simd, 8);
+#if HAVE_X86
+				/* the AVX2 version, where the selected one is another */
+				if (type == TKV_Q4_K && cpu_features()->avx2) {
+					float s_avx2[OPS_PANEL_COLS * 8];
+
+					gemv_q4_k_x8_avx2(COLS, grp, act, as, nc, s_avx2, 8);
+					for (int i = 0; i < nc * 8; i++)
+						if (fabs((double)s_avx2[i] - s_simd[i]) > 1e-4 * (fabs((double)s_simd[i]) + 1.0))
+							fail_msg("q4_k x8 avx2 [%d]: %.9g, selected kernel %.9g", i,
+								 (double)s_avx2[i], (double)s_simd[i]);
+				}
+#endif
 				for (int c = 0; c < nc; c++) {
 					/* the reference equals the row dots bit for bit */
-					ref_dot[type](COLS, w + (size_t)(8 * g) * rb, rb, 4, act[c], dots);
-					ref_dot[type](COLS, w + (size_t)(8 * g + 4) * rb, rb, 4, act[c], dots + 4);
+					const void *ac = (const char *)act + (size_t)c * as;
+
+					ref_dot[type](COLS, w + (size_t)(8 * g) * rb, rb, 4, ac, dots);
+					ref_dot[type](COLS, w + (size_t)(8 * g + 4) * rb, rb, 4, ac, dots + 4);
 					for (int r = 0; r < 8; r++) {
 						double mag = 0.0;
 						static float wv[COLS];
@@ -774,7 +790,7 @@ static void test_interleaved(void **state)
 								 g, r, c, (double)s_ref[c * 8 + r], (double)dots[r]);
 						ref_dequant[type](w + (size_t)(8 * g + r) * rb, wv, COLS);
 						for (int i = 0; i < COLS; i++)
-							mag += fabs((double)wv[i] * act[c][i / 32].d * act[c][i / 32].qs[i % 32]);
+							mag += fabs((double)wv[i] * av[c][i]);
 						if (fabs((double)s_simd[c * 8 + r] - s_ref[c * 8 + r]) > TOL_PANEL_SIMD_REL * mag)
 							fail_msg("%s group %d row %d col %d: SIMD %.9g, ref %.9g", tkv_dtype_name(type), g,
 								 r, c, (double)s_simd[c * 8 + r], (double)s_ref[c * 8 + r]);
@@ -822,7 +838,7 @@ static void test_interleaved(void **state)
 	}
 	/* types and shapes without the layout */
 	{
-		struct ops_mat m = { .data = w, .type = TKV_Q4_K, .rows = 8, .cols = 256, .row_bytes = 144 };
+		struct ops_mat m = { .data = w, .type = TKV_Q5_K, .rows = 8, .cols = 256, .row_bytes = 176 };
 		struct ops_mat odd = { .data = w, .type = TKV_Q4_0, .rows = 12, .cols = 64, .row_bytes = 36 };
 
 		assert_int_equal(ops_repack_size(&m), 0);
@@ -863,6 +879,7 @@ static void test_avx512_kernels(void **state)
 		} x8[] = {
 			{ TKV_Q4_0, gemv_q4_0_x8_avx512 },
 			{ TKV_Q8_0, gemv_q8_0_x8_avx512 },
+			{ TKV_Q4_K, gemv_q4_k_x8_avx512 },
 		};
 		enum { XCOLS = 1024 };
 		static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4], w[8 * XCOLS * 2], packed[8 * XCOLS * 2];
@@ -913,22 +930,26 @@ static void test_avx512_kernels(void **state)
 			for (int r = 0; r < 8; r++)
 				make_row(type, XCOLS, w + (size_t)r * rb);
 			ops_repack(&m, packed);
+			uint32_t at = ops_kernels(type)->act_type;
+			size_t as = (size_t)(XCOLS / ops_act_blck[at]) * ops_act_size[at];
+			static float xvals[OPS_PANEL_COLS][XCOLS];
+
 			for (int c = 0; c < OPS_PANEL_COLS; c++) {
 				make_x(x, XCOLS, c == 2);
-				quant_act_q8_32_ref(x, xact[c], XCOLS);
+				prepare_act(type, x, XCOLS, (char *)xact + (size_t)c * as, xvals[c]);
 			}
 			for (int nc = 1; nc <= OPS_PANEL_COLS; nc++) {
 				float got[OPS_PANEL_COLS * 8], want[OPS_PANEL_COLS * 8];
 
-				x8[t].fn(XCOLS, packed, xact, sizeof xact[0], nc, got, 8);
-				ref_x8[type](XCOLS, packed, xact, sizeof xact[0], nc, want, 8);
+				x8[t].fn(XCOLS, packed, xact, as, nc, got, 8);
+				ref_x8[type](XCOLS, packed, xact, as, nc, want, 8);
 				for (int c = 0; c < nc; c++)
 					for (int r = 0; r < 8; r++) {
 						double mag = 0.0;
 
 						ref_dequant[type](w + (size_t)r * rb, wv, XCOLS);
 						for (int i = 0; i < XCOLS; i++)
-							mag += fabs((double)wv[i] * xact[c][i / 32].d * xact[c][i / 32].qs[i % 32]);
+							mag += fabs((double)wv[i] * xvals[c][i]);
 						if (!(fabs((double)got[c * 8 + r] - want[c * 8 + r]) <= TOL_PANEL_SIMD_REL * mag))
 							fail_msg("%s avx512 x8 col %d of %d row %d: %.9g, ref %.9g",
 								 tkv_dtype_name(type), c, nc, r, (double)got[c * 8 + r],

@@ -119,7 +119,9 @@ static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
 		       .x8_block = OPS_X8_Q8_0 },
 	[TKV_Q4_K] = { .act_type = OPS_ACT_Q8_256, .panel_act = OPS_ACT_Q8_K32,
 		       .dequant = dequant_q4_k_ref, .dot_rows = dot_rows_q4_k_ref,
-		       .pack = pack_q4_k_ref, .panel = panel_u_ref },
+		       .pack = pack_q4_k_ref, .panel = panel_u_ref, .repack = repack_q4_k_x8,
+		       .gemv_x8 = gemv_q4_k_x8_ref, .pack_x8 = pack_q4_k_x8_ref,
+		       .dequant_x8 = dequant_q4_k_x8_ref, .x8_block = OPS_X8_Q4_K },
 	[TKV_Q5_K] = { .act_type = OPS_ACT_Q8_256, .panel_act = OPS_ACT_Q8_K32,
 		       .dequant = dequant_q5_k_ref, .dot_rows = dot_rows_q5_k_ref,
 		       .pack = pack_q5_k_ref, .panel = panel_u_ref },
@@ -584,7 +586,7 @@ size_t ops_repack_size(const struct ops_mat *w)
 
 	/* the stack fallback of ops_matmul_n must hold one activation row */
 	if (!k || !k->repack || w->layout != OPS_LAYOUT_ROWS || w->rows % 8 || w->cols % 32 ||
-	    act_row_bytes(OPS_ACT_Q8_32, w->cols) > OPS_MATMUL_STACK)
+	    act_row_bytes(k->act_type, w->cols) > OPS_MATMUL_STACK)
 		return 0;
 	return (size_t)w->rows * w->row_bytes;
 }

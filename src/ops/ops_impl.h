@@ -290,11 +290,29 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *   q8_0: f16 d[8] | 8 x 32 bytes: part g holds 4 int8 of each row r,
  *         elements 4g .. 4g + 3                                 272 bytes
  *
- * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32. */
+ *   q4_k: a super-block of 8 rows (1152 bytes; x8_block is the bytes per
+ *         32 columns, 144):
+ *         f16 d[8] | f16 dmin[8] | the 128 6-bit values v = 8j + r (scale
+ *         of sub-block j of row r) and v = 64 + 8r + j (its min) as 64 bytes
+ *         of low nibbles (v < 64 in the low, v >= 64 in the high nibble of
+ *         byte v % 64) and 32 bytes of top bits (bits 2 (v / 32), +1 of byte
+ *         v % 32) | 4 pairs t of sub-blocks (2t, 2t + 1), 256 bytes each:
+ *         4 chunks c of 64 bytes, byte 4 (8p + r) + e of chunk c holding
+ *         element 8c + e of sub-block 2t + p of row r in its low nibble and
+ *         element 8c + 4 + e in its high one
+ *
+ * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_k:
+ * OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers of 16
+ * int32 lanes, lane 8p + r holding 4 values of row r, so that one vpdpbusd
+ * covers 8 rows and 2 sub-blocks, each row's sum stays in its lanes, and the
+ * scales of a pair unpack to the lanes' order in one widening. */
 #define OPS_X8_Q4_0 144
 #define OPS_X8_Q8_0 272
+#define OPS_X8_Q4_K 144
+#define OPS_X8_Q4_K_SB (8 * OPS_X8_Q4_K) /* bytes of a super-block of a group */
 _Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
-		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0),
+		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0) &&
+		       OPS_X8_Q4_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q4_k),
 	       "an interleaved block holds the bytes of one block of each of 8 rows");
 
 /* Rewrites rows (a multiple of 8) of W, ws bytes apart, n elements each, into
@@ -379,6 +397,18 @@ void gemv_q8_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, in
 void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_q4_0_x8_ref(const void *group, int r, int64_t n, float *out);
 void dequant_q8_0_x8_ref(const void *group, int r, int64_t n, float *out);
+void repack_q4_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_q4_k_x8_ref(const void *group, int r, int64_t n, float *out);
+/* Scale (j < 8) or min (8 + j) of sub-block j of row r of a q4_k group's
+ * super-block sb. */
+static inline int ops_x8_q4_k_sm(const uint8_t *sb, int r, int j)
+{
+	int v = j < 8 ? 8 * j + r : 64 + 8 * r + (j - 8);
+
+	return ((sb[32 + v % 64] >> (v >= 64 ? 4 : 0)) & 15) | ((sb[96 + v % 32] >> (2 * (v / 32))) & 3) << 4;
+}
 
 /* ---- the other common types (ops/quant_more.c) -------------------------------- */
 

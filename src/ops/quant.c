@@ -779,3 +779,119 @@ void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)
 			panel_put(pb, r, q, x8_d(blk, r), -8.0f * x8_d(blk, r));
 		}
 }
+
+/* ---- q4_k in the interleaved layout ---------------------------------------------- */
+
+/* Byte of a q4_k group super-block holding element l (0..31) of sub-block j
+ * of row r, and the nibble's shift. */
+static inline size_t x8_q4_k_at(int r, int j, int l, int *shift)
+{
+	*shift = (l % 8) >= 4 ? 4 : 0;
+	return 128 + 256 * (size_t)(j / 2) + 64 * (size_t)(l / 8) + 4 * (size_t)(8 * (j % 2) + r) + (size_t)(l % 4);
+}
+
+void repack_q4_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_Q4_K_SB) {
+			memset(o, 0, OPS_X8_Q4_K_SB);
+			for (int r = 0; r < 8; r++) {
+				const struct blk_q4_k *x = (const struct blk_q4_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				memcpy(o + 16 + 2 * r, &x->dmin, 2);
+				for (int j = 0; j < 8; j++) {
+					uint8_t sc, m;
+					int vs = 8 * j + r, vm = 64 + 8 * r + j;
+
+					ops_k_scale_min(x->scales, j, &sc, &m);
+					o[32 + vs] |= (uint8_t)(sc & 15);
+					o[32 + vm % 64] |= (uint8_t)((m & 15) << 4);
+					o[96 + vs % 32] |= (uint8_t)((sc >> 4) << (2 * (vs / 32)));
+					o[96 + vm % 32] |= (uint8_t)((m >> 4) << (2 * (vm / 32)));
+					for (int l = 0; l < 32; l++) {
+						int sh;
+						size_t at = x8_q4_k_at(r, j, l, &sh);
+
+						o[at] |= (uint8_t)(k_sub_value(x->qs, NULL, j, l) << sh);
+					}
+				}
+			}
+		}
+}
+
+/* Row r of a group super-block back as a q4_k block: the references run the
+ * row kernels' own block functions on it, so they give the same floats. */
+static void x8_q4_k_block(const uint8_t *sb, int r, struct blk_q4_k *x)
+{
+	uint8_t sc[8], m[8];
+
+	memcpy(&x->d, sb + 2 * r, 2);
+	memcpy(&x->dmin, sb + 16 + 2 * r, 2);
+	for (int j = 0; j < 8; j++) {
+		sc[j] = (uint8_t)ops_x8_q4_k_sm(sb, r, j);
+		m[j] = (uint8_t)ops_x8_q4_k_sm(sb, r, 8 + j);
+	}
+	pack_k_scales(sc, m, x->scales);
+	memset(x->qs, 0, sizeof x->qs);
+	for (int j = 0; j < 8; j++)
+		for (int l = 0; l < 32; l++) {
+			int sh;
+			uint8_t v = (uint8_t)((sb[x8_q4_k_at(r, j, l, &sh)] >> sh) & 15);
+
+			x->qs[32 * (j / 2) + l] |= (uint8_t)(v << 4 * (j % 2));
+		}
+}
+
+void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_256 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *sb = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB) {
+				struct blk_q4_k x;
+
+				x8_q4_k_block(sb, r, &x);
+				sum += dot_q4_k(&x, &y[b]);
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void dequant_q4_k_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB, out += QK_K) {
+		struct blk_q4_k x;
+
+		x8_q4_k_block(sb, r, &x);
+		deq_q4_k(&x, out);
+	}
+}
+
+void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB)
+		for (int r = 0; r < 8; r++) {
+			struct blk_q4_k x;
+
+			x8_q4_k_block(sb, r, &x);
+			for (int j = 0; j < 8; j++) {
+				uint8_t q[32];
+				float d, m;
+
+				decode_k_affine(x.qs, NULL, x.scales, x.d, x.dmin, j, q, &d, &m);
+				panel_put((uint8_t *)panel + (size_t)(8 * b + j) * OPS_PANEL_BLOCK, r, q, d, m);
+			}
+		}
+}

@@ -528,3 +528,79 @@ void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a
 {
 	OPS_COLS_SWITCH8(nc, CALL_P2)
 }
+
+/* ---- q4_k in the interleaved layout (ops_impl.h) --------------------------------------- */
+
+/* One column against a group: per pair t of sub-blocks, 4 chunks of 64 bytes
+ * give 8 registers whose lane 8p + r holds 4 values of sub-block 2t + p of
+ * row r; vpermd puts the matching 4 activation bytes in each lane, and 8
+ * vpdpbusd leave each lane the sum over its sub-block, which vpmulld scales.
+ * The mins meet the activations' 32-element sums as int16 pairs (lanes
+ * 4r + i of two registers, rows 0..3 and 4..7). */
+static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q8_256 *y, float *s)
+{
+	const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+	/* the top bits of scales (v < 32, < 64) and mins (< 96, < 128) */
+	const __m512i sh_sc = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+	const __m512i sh_m = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+	const __m512i row_lo = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+	const __m512i row_hi = _mm512_add_epi32(row_lo, _mm512_set1_epi32(4));
+	__m512i idx[8];
+	__m512 acc = _mm512_setzero_ps(), accm0 = _mm512_setzero_ps(), accm1 = _mm512_setzero_ps();
+	float f[16], m0[16], m1[16];
+	uint8_t sc[64] __attribute__((aligned(64)));
+
+	for (int q = 0; q < 8; q++)
+		idx[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(q)), _mm256_set1_epi32(8 + q), 1);
+	for (int64_t b = 0; b < n / QK_K; b++, group += OPS_X8_Q4_K_SB) {
+		__m512i L = _mm512_loadu_si512((const void *)(group + 32));
+		__m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(group + 96)));
+		__m512i mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+					     _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh_m), m3), 4));
+		__m512i isum = _mm512_setzero_si512(), bs4;
+		__m512 dy = _mm512_set1_ps(y[b].d), dd, dm;
+		__m256i bs;
+
+		_mm512_store_si512((void *)sc, _mm512_or_si512(_mm512_and_si512(L, m4),
+				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh_sc), m3), 4)));
+		for (int t = 0; t < 4; t++) {
+			const uint8_t *q = group + 128 + 256 * t;
+			__m512i yv = _mm512_loadu_si512((const void *)(y[b].qs + 64 * t)), dot = _mm512_setzero_si512();
+
+			for (int k = 0; k < 4; k++) {
+				__m512i x = _mm512_loadu_si512((const void *)(q + 64 * k));
+
+				dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(x, m4), _mm512_permutexvar_epi32(idx[2 * k], yv));
+				dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4),
+							  _mm512_permutexvar_epi32(idx[2 * k + 1], yv));
+			}
+			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_cvtepu8_epi32(
+								     _mm_load_si128((const __m128i *)(sc + 16 * t)))));
+		}
+		dd = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group)));
+		dd = _mm512_mul_ps(_mm512_shuffle_f32x4(dd, dd, 0x44), dy);
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc);
+		/* sum_j m_j (bsums 2j + 2j+1), per row */
+		bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), _mm256_set1_epi16(1));
+		bs4 = _mm512_broadcast_i32x4(_mm256_cvtepi32_epi16(bs));
+		dm = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16)))), dy);
+		accm0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), bs4)),
+					_mm512_permutexvar_ps(row_lo, dm), accm0);
+		accm1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1)), bs4)),
+					_mm512_permutexvar_ps(row_hi, dm), accm1);
+	}
+	_mm512_storeu_ps(f, acc);
+	_mm512_storeu_ps(m0, accm0);
+	_mm512_storeu_ps(m1, accm1);
+	for (int r = 0; r < 8; r++) {
+		const float *m = r < 4 ? m0 + 4 * r : m1 + 4 * (r - 4);
+
+		s[r] = f[r] + f[8 + r] - ((m[0] + m[1]) + (m[2] + m[3]));
+	}
+}
+
+void gemv_q4_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++)
+		gemv_q4_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
+}
