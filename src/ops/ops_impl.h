@@ -301,8 +301,16 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         element 8c + e of sub-block 2t + p of row r in its low nibble and
  *         element 8c + 4 + e in its high one
  *
- * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_k:
- * OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers of 16
+ *   q6_k: a super-block of 8 rows (1680 bytes; x8_block 210):
+ *         f16 d[8] | int8 scale of 16-group G of row r at 8G + r | 8
+ *         units u of 192 bytes (16-groups 2u, 2u + 1): 2 chunks c of 64
+ *         bytes, byte 4 (8p + r) + e holding the low 4 bits of element
+ *         4 (2c) + e of 16-group 2u + p of row r in its low nibble and of
+ *         element 4 (2c + 1) + e in its high one, then 64 bytes of top bits:
+ *         bits 2q, 2q + 1 of byte 4 (8p + r) + e for element 4q + e
+ *
+ * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_k,
+ * q6_k: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers of 16
  * int32 lanes, lane 8p + r holding 4 values of row r, so that one vpdpbusd
  * covers 8 rows and 2 sub-blocks, each row's sum stays in its lanes, and the
  * scales of a pair unpack to the lanes' order in one widening. */
@@ -310,9 +318,12 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
 #define OPS_X8_Q8_0 272
 #define OPS_X8_Q4_K 144
 #define OPS_X8_Q4_K_SB (8 * OPS_X8_Q4_K) /* bytes of a super-block of a group */
+#define OPS_X8_Q6_K 210
+#define OPS_X8_Q6_K_SB (8 * OPS_X8_Q6_K)
 _Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
 		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0) &&
-		       OPS_X8_Q4_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q4_k),
+		       OPS_X8_Q4_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q4_k) &&
+		       OPS_X8_Q6_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q6_k),
 	       "an interleaved block holds the bytes of one block of each of 8 rows");
 
 /* Rewrites rows (a multiple of 8) of W, ws bytes apart, n elements each, into
@@ -401,6 +412,10 @@ void repack_q4_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_q4_k_x8_ref(const void *group, int r, int64_t n, float *out);
+void repack_q6_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_q6_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q6_k_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_q6_k_x8_ref(const void *group, int r, int64_t n, float *out);
 /* Scale (j < 8) or min (8 + j) of sub-block j of row r of a q4_k group's
  * super-block sb. */
 static inline int ops_x8_q4_k_sm(const uint8_t *sb, int r, int j)

@@ -895,3 +895,117 @@ void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel)
 			}
 		}
 }
+
+/* ---- q6_k in the interleaved layout ---------------------------------------------- */
+
+/* Bytes of a q6_k group super-block holding element e of row r: its low
+ * nibble (at *lo, shift *ls) and its top bits (at *hi, shift *hs). */
+static inline void x8_q6_k_at(int r, int e, size_t *lo, int *ls, size_t *hi, int *hs)
+{
+	int g = e / 16, u = g / 2, p = g % 2, q = (e % 16) / 4, lane = 4 * (8 * p + r) + e % 4;
+
+	*lo = 144 + 192 * (size_t)u + 64 * (size_t)(q / 2) + (size_t)lane;
+	*ls = 4 * (q % 2);
+	*hi = 144 + 192 * (size_t)u + 128 + (size_t)lane;
+	*hs = 2 * q;
+}
+
+/* The bytes of a q6_k block holding element e: ql (shift 0 or 4), qh (2g). */
+static inline void q6_k_at(int e, int *l, int *ls, int *h, int *hs)
+{
+	int half = e / 128, g = (e % 128) / 32, k = e % 32;
+
+	*l = 64 * half + k + 32 * (g & 1);
+	*ls = g >= 2 ? 4 : 0;
+	*h = 32 * half + k;
+	*hs = 2 * g;
+}
+
+void repack_q6_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_Q6_K_SB) {
+			memset(o, 0, OPS_X8_Q6_K_SB);
+			for (int r = 0; r < 8; r++) {
+				const struct blk_q6_k *x = (const struct blk_q6_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				for (int g = 0; g < 16; g++)
+					o[16 + 8 * g + r] = (uint8_t)x->scales[g];
+				for (int e = 0; e < QK_K; e++) {
+					size_t lo, hi;
+					int ls, hs, v = q6_k_value(x, e);
+
+					x8_q6_k_at(r, e, &lo, &ls, &hi, &hs);
+					o[lo] |= (uint8_t)((v & 15) << ls);
+					o[hi] |= (uint8_t)((v >> 4) << hs);
+				}
+			}
+		}
+}
+
+/* Row r of a group super-block back as a q6_k block (see x8_q4_k_block). */
+static void x8_q6_k_block(const uint8_t *sb, int r, struct blk_q6_k *x)
+{
+	memset(x, 0, sizeof *x);
+	memcpy(&x->d, sb + 2 * r, 2);
+	for (int g = 0; g < 16; g++)
+		x->scales[g] = (int8_t)sb[16 + 8 * g + r];
+	for (int e = 0; e < QK_K; e++) {
+		size_t lo, hi;
+		int ls, hs, l, bls, h, bhs, v;
+
+		x8_q6_k_at(r, e, &lo, &ls, &hi, &hs);
+		v = ((sb[lo] >> ls) & 15) | ((sb[hi] >> hs) & 3) << 4;
+		q6_k_at(e, &l, &bls, &h, &bhs);
+		x->ql[l] |= (uint8_t)((v & 15) << bls);
+		x->qh[h] |= (uint8_t)((v >> 4) << bhs);
+	}
+}
+
+void gemv_q6_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_256 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *sb = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q6_K_SB) {
+				struct blk_q6_k x;
+
+				x8_q6_k_block(sb, r, &x);
+				sum += dot_q6_k(&x, &y[b]);
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void dequant_q6_k_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q6_K_SB, out += QK_K) {
+		struct blk_q6_k x;
+
+		x8_q6_k_block(sb, r, &x);
+		deq_q6_k(&x, out);
+	}
+}
+
+void pack_q6_k_x8_ref(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q6_K_SB) {
+		struct blk_q6_k x[8];
+
+		for (int r = 0; r < 8; r++)
+			x8_q6_k_block(sb, r, &x[r]);
+		pack_q6_k_ref(x, sizeof x[0], 8, QK_K, (uint8_t *)panel + (size_t)b * OPS_PANEL_K6_BLOCK);
+	}
+}

@@ -1134,3 +1134,87 @@ void pack_q4_k_x8_avx2(const void *group, int64_t n, void *panel)
 		}
 	}
 }
+
+/* q6_k's group registers for half p of unit u: values 0..63 of elements
+ * 4q .. 4q + 3 of 16-group 2u + p, lane r holding row r. */
+static inline void q6_k_x8_regs(const uint8_t *sb, int u, int p, __m256i v[4])
+{
+	const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+	const uint8_t *q = sb + 144 + 192 * u + 32 * p;
+	__m256i x0 = _mm256_loadu_si256((const __m256i *)q), x1 = _mm256_loadu_si256((const __m256i *)(q + 64));
+	__m256i hb = _mm256_loadu_si256((const __m256i *)(q + 128));
+
+	v[0] = _mm256_or_si256(_mm256_and_si256(x0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+	v[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+	v[2] = _mm256_or_si256(_mm256_and_si256(x1, m4), _mm256_and_si256(hb, m30));
+	v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+}
+
+/* The 8 rows' int8 scales of 16-group g as int16 pairs (both words of lane r). */
+static inline __m256i q6_k_x8_scales(const uint8_t *sb, int g)
+{
+	const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+
+	return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sb + 16 + 8 * g)), dup));
+}
+
+/* One column against a q6_k group on 256-bit registers: per 16-group,
+ * vpmaddubsw of the values 0..63 (two registers' int16 sums at most: 2 x 2 x
+ * 63 x 127 < 2^15), vpmaddwd by the scales, and 32 sc sum(y) off. */
+static void gemv_q6_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q8_256 *y, float *s)
+{
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int64_t b = 0; b < n / QK_K; b++, group += OPS_X8_Q6_K_SB) {
+		__m256i isum = _mm256_setzero_si256();
+
+		for (int g = 0; g < 16; g++) {
+			const int8_t *yq = y[b].qs + 16 * g;
+			__m256i v[4], sc = q6_k_x8_scales(group, g), p01, p23;
+			int32_t yw[4];
+
+			memcpy(yw, yq, sizeof yw);
+			q6_k_x8_regs(group, g / 2, g % 2, v);
+			p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], _mm256_set1_epi32(yw[0])),
+					       _mm256_maddubs_epi16(v[1], _mm256_set1_epi32(yw[1])));
+			p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], _mm256_set1_epi32(yw[2])),
+					       _mm256_maddubs_epi16(v[3], _mm256_set1_epi32(yw[3])));
+			isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc)));
+			/* sc (bsum) in both words: 2 sc bsum a lane, times 16 */
+			isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_madd_epi16(sc, _mm256_set1_epi16(y[b].bsums[g])), 4));
+		}
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+				      _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group)), _mm256_set1_ps(y[b].d)),
+				      acc);
+	}
+	_mm256_storeu_ps(s, acc);
+}
+
+void gemv_q6_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++)
+		gemv_q6_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
+}
+
+/* A q6_k group's super-blocks as q6_k panel blocks (ops_impl.h): group 4G + q
+ * of the panel is register q of 16-group G, less 32; the scales doubled. */
+void pack_q6_k_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	const __m256i m32 = _mm256_set1_epi8(32);
+	const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+	const uint8_t *sb = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q6_K_SB, pb += OPS_PANEL_K6_BLOCK) {
+		for (int g = 0; g < 16; g++) {
+			__m256i v[4];
+
+			q6_k_x8_regs(sb, g / 2, g % 2, v);
+			for (int q = 0; q < 4; q++)
+				_mm256_storeu_si256((__m256i *)(pb + 32 * (4 * g + q)), _mm256_sub_epi8(v[q], m32));
+			_mm_storeu_si128((__m128i *)(pb + 2048 + 16 * g),
+					 _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sb + 16 + 8 * g)), dup));
+		}
+		_mm256_storeu_ps((float *)(pb + 2304), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)));
+	}
+}

@@ -604,3 +604,63 @@ void gemv_q4_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as,
 	for (int c = 0; c < nc; c++)
 		gemv_q4_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
 }
+
+/* q6_k (ops_impl.h): per unit u (16-groups 2u, 2u + 1), two nibble chunks
+ * and the top bits give 4 registers of values 0..63 whose lane 8p + r holds
+ * 4 values of 16-group 2u + p of row r; vpdpbusd against the activations
+ * (vpermd'd as for q4_k) starts from -32 times the group's activation sum,
+ * so each lane ends with sum((q - 32) y), which vpmulld scales. */
+static void gemv_q6_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q8_256 *y, float *s)
+{
+	const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+	const __m512i g01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
+	__m512i idx[2][4];
+	__m512 acc = _mm512_setzero_ps();
+	float f[16];
+
+	for (int q = 0; q < 4; q++)
+		for (int o = 0; o < 2; o++)
+			idx[o][q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(8 * o + q)),
+						       _mm256_set1_epi32(8 * o + 4 + q), 1);
+	for (int64_t b = 0; b < n / QK_K; b++, group += OPS_X8_Q6_K_SB) {
+		const __m512i bsum = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[b].bsums));
+		__m512i isum = _mm512_setzero_si512(), yv = _mm512_setzero_si512();
+		__m512 dd;
+
+		for (int u = 0; u < 8; u++) {
+			const uint8_t *q = group + 144 + 192 * u;
+			__m512i x0 = _mm512_loadu_si512((const void *)q), x1 = _mm512_loadu_si512((const void *)(q + 64));
+			__m512i hb = _mm512_loadu_si512((const void *)(q + 128));
+			__m512i dot = _mm512_permutexvar_epi32(_mm512_add_epi32(g01, _mm512_set1_epi32(2 * u)), bsum);
+			const __m512i *ix = idx[u % 2];
+
+			if (u % 2 == 0)
+				yv = _mm512_loadu_si512((const void *)(y[b].qs + 32 * u));
+			dot = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(dot, 5));
+			dot = _mm512_dpbusd_epi32(dot, _mm512_or_si512(_mm512_and_si512(x0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m30)),
+						  _mm512_permutexvar_epi32(ix[0], yv));
+			dot = _mm512_dpbusd_epi32(dot, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x0, 4), m4),
+								       _mm512_and_si512(_mm512_slli_epi16(hb, 2), m30)),
+						  _mm512_permutexvar_epi32(ix[1], yv));
+			dot = _mm512_dpbusd_epi32(dot, _mm512_or_si512(_mm512_and_si512(x1, m4), _mm512_and_si512(hb, m30)),
+						  _mm512_permutexvar_epi32(ix[2], yv));
+			dot = _mm512_dpbusd_epi32(dot, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x1, 4), m4),
+								       _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30)),
+						  _mm512_permutexvar_epi32(ix[3], yv));
+			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_cvtepi8_epi32(
+								     _mm_loadu_si128((const __m128i *)(group + 16 + 16 * u)))));
+		}
+		dd = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group)));
+		dd = _mm512_mul_ps(_mm512_shuffle_f32x4(dd, dd, 0x44), _mm512_set1_ps(y[b].d));
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc);
+	}
+	_mm512_storeu_ps(f, acc);
+	for (int r = 0; r < 8; r++)
+		s[r] = f[r] + f[8 + r];
+}
+
+void gemv_q6_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++)
+		gemv_q6_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
+}
