@@ -118,6 +118,7 @@ static void test_tables_follow_level(void **state)
 		assert_ptr_equal(q8->gemv_x8, gemv_q8_0_x8_avx2);
 		assert_ptr_equal(ops_kernels(TKV_Q4_K)->gemv_x8, gemv_q4_k_x8_avx2);
 		assert_ptr_equal(ops_kernels(TKV_Q6_K)->gemv_x8, gemv_q6_k_x8_avx2);
+		assert_ptr_equal(ops_kernels(TKV_Q5_K)->gemv_x8, gemv_q5_k_x8_avx2);
 		assert_ptr_equal(ops_kernels(TKV_Q4_K)->dot_rows, dot_rows_q4_k_avx2);
 		assert_ptr_equal(ops_kernels(TKV_Q6_K)->dot_rows, dot_rows_q6_k_avx2);
 		assert_ptr_equal(kv_attn_score_q_kernel(KV_FMT_Q4, 64), kv_score_q_avx2);
@@ -128,6 +129,7 @@ static void test_tables_follow_level(void **state)
 		assert_ptr_equal(q8->gemv_x8, gemv_q8_0_x8_avx512);
 		assert_ptr_equal(ops_kernels(TKV_Q4_K)->gemv_x8, gemv_q4_k_x8_avx512);
 		assert_ptr_equal(ops_kernels(TKV_Q6_K)->gemv_x8, gemv_q6_k_x8_avx512);
+		assert_ptr_equal(ops_kernels(TKV_Q5_K)->gemv_x8, gemv_q5_k_x8_avx512);
 		assert_ptr_equal(ops_kernels(TKV_Q4_K)->dot_rows, dot_rows_q4_k_avx512);
 		assert_ptr_equal(ops_kernels(TKV_Q5_K)->dot_rows, dot_rows_q5_k_avx512);
 		assert_ptr_equal(ops_kernels(TKV_Q6_K)->dot_rows, dot_rows_q6_k_avx512);

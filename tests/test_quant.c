@@ -210,11 +210,11 @@ static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
 };
 
 static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
-	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref, [TKV_Q4_K] = gemv_q4_k_x8_ref, [TKV_Q6_K] = gemv_q6_k_x8_ref,
+	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref, [TKV_Q4_K] = gemv_q4_k_x8_ref, [TKV_Q6_K] = gemv_q6_k_x8_ref, [TKV_Q5_K] = gemv_q5_k_x8_ref,
 };
 
 static const ops_pack_x8_fn ref_pack_x8[TKV_DTYPE_COUNT] = {
-	[TKV_Q4_0] = pack_q4_0_x8_ref, [TKV_Q4_K] = pack_q4_k_x8_ref, [TKV_Q6_K] = pack_q6_k_x8_ref,
+	[TKV_Q4_0] = pack_q4_0_x8_ref, [TKV_Q4_K] = pack_q4_k_x8_ref, [TKV_Q6_K] = pack_q6_k_x8_ref, [TKV_Q5_K] = pack_q5_k_x8_ref,
 };
 
 static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
@@ -712,7 +712,7 @@ static void test_matmul_threads(void **state)
 static void test_interleaved(void **state)
 {
 	enum { COLS = 512, ROWS = 48, NTOK = 19 };
-	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q6_K };
+	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K };
 	static unsigned char w[ROWS * COLS * 2], packed[ROWS * COLS * 2];
 	static unsigned char want_panel[COLS / 32 * OPS_PANEL_BLOCK], got_panel[COLS / 32 * OPS_PANEL_BLOCK];
 	static struct blk_q8_32 act[NTOK][COLS / 32]; /* room for either format: 40 > 292 / 8 bytes a 32 */
@@ -765,10 +765,12 @@ static void test_interleaved(void **state)
 				k->gemv_x8(COLS, grp, act, as, nc, s_simd, 8);
 #if HAVE_X86
 				/* the AVX2 version, where the selected one is another */
-				if ((type == TKV_Q4_K || type == TKV_Q6_K) && cpu_features()->avx2) {
+				if ((type == TKV_Q4_K || type == TKV_Q5_K || type == TKV_Q6_K) && cpu_features()->avx2) {
 					float s_avx2[OPS_PANEL_COLS * 8];
 
-					(type == TKV_Q4_K ? gemv_q4_k_x8_avx2 : gemv_q6_k_x8_avx2)(COLS, grp, act, as, nc, s_avx2, 8);
+					(type == TKV_Q4_K   ? gemv_q4_k_x8_avx2
+					 : type == TKV_Q5_K ? gemv_q5_k_x8_avx2
+							    : gemv_q6_k_x8_avx2)(COLS, grp, act, as, nc, s_avx2, 8);
 					for (int i = 0; i < nc * 8; i++)
 						if (fabs((double)s_avx2[i] - s_simd[i]) > 1e-4 * (fabs((double)s_simd[i]) + 1.0))
 							fail_msg("%s x8 avx2 [%d]: %.9g, selected kernel %.9g", tkv_dtype_name(type), i,
@@ -840,7 +842,7 @@ static void test_interleaved(void **state)
 	}
 	/* types and shapes without the layout */
 	{
-		struct ops_mat m = { .data = w, .type = TKV_Q5_K, .rows = 8, .cols = 256, .row_bytes = 176 };
+		struct ops_mat m = { .data = w, .type = TKV_Q3_K, .rows = 8, .cols = 256, .row_bytes = 110 };
 		struct ops_mat odd = { .data = w, .type = TKV_Q4_0, .rows = 12, .cols = 64, .row_bytes = 36 };
 
 		assert_int_equal(ops_repack_size(&m), 0);
@@ -883,6 +885,7 @@ static void test_avx512_kernels(void **state)
 			{ TKV_Q8_0, gemv_q8_0_x8_avx512 },
 			{ TKV_Q4_K, gemv_q4_k_x8_avx512 },
 			{ TKV_Q6_K, gemv_q6_k_x8_avx512 },
+			{ TKV_Q5_K, gemv_q5_k_x8_avx512 },
 		};
 		enum { XCOLS = 1024 };
 		static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4], w[8 * XCOLS * 2], packed[8 * XCOLS * 2];

@@ -301,6 +301,9 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         element 8c + e of sub-block 2t + p of row r in its low nibble and
  *         element 8c + 4 + e in its high one
  *
+ *   q5_k: as q4_k (x8_block 176, a super-block 1408 bytes), then the fifth
+ *         bits: bit b of the 8 bytes at 1152 + 64t + 8q for byte b of the
+ *         register of chunk c = q / 2, nibble q % 2 of pair t
  *   q6_k: a super-block of 8 rows (1680 bytes; x8_block 210):
  *         f16 d[8] | int8 scale of 16-group G of row r at 8G + r | 8
  *         units u of 192 bytes (16-groups 2u, 2u + 1): 2 chunks c of 64
@@ -309,8 +312,8 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         element 4 (2c + 1) + e in its high one, then 64 bytes of top bits:
  *         bits 2q, 2q + 1 of byte 4 (8p + r) + e for element 4q + e
  *
- * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_k,
- * q6_k: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers of 16
+ * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (the
+ * k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers of 16
  * int32 lanes, lane 8p + r holding 4 values of row r, so that one vpdpbusd
  * covers 8 rows and 2 sub-blocks, each row's sum stays in its lanes, and the
  * scales of a pair unpack to the lanes' order in one widening. */
@@ -318,11 +321,14 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
 #define OPS_X8_Q8_0 272
 #define OPS_X8_Q4_K 144
 #define OPS_X8_Q4_K_SB (8 * OPS_X8_Q4_K) /* bytes of a super-block of a group */
+#define OPS_X8_Q5_K 176
+#define OPS_X8_Q5_K_SB (8 * OPS_X8_Q5_K)
 #define OPS_X8_Q6_K 210
 #define OPS_X8_Q6_K_SB (8 * OPS_X8_Q6_K)
 _Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
 		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0) &&
 		       OPS_X8_Q4_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q4_k) &&
+		       OPS_X8_Q5_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q5_k) &&
 		       OPS_X8_Q6_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q6_k),
 	       "an interleaved block holds the bytes of one block of each of 8 rows");
 
@@ -412,6 +418,10 @@ void repack_q4_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_q4_k_x8_ref(const void *group, int r, int64_t n, float *out);
+void repack_q5_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_q5_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q5_k_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_q5_k_x8_ref(const void *group, int r, int64_t n, float *out);
 void repack_q6_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
 void gemv_q6_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q6_k_x8_ref(const void *group, int64_t n, void *panel);

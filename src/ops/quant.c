@@ -780,73 +780,129 @@ void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)
 		}
 }
 
-/* ---- q4_k in the interleaved layout ---------------------------------------------- */
+/* ---- q4_k and q5_k in the interleaved layout -------------------------------------- */
 
-/* Byte of a q4_k group super-block holding element l (0..31) of sub-block j
- * of row r, and the nibble's shift. */
-static inline size_t x8_q4_k_at(int r, int j, int l, int *shift)
+/* Byte of a q4_k/q5_k group super-block holding the low 4 bits of element l
+ * (0..31) of sub-block j of row r, and the nibble's shift; *bit: the bit of
+ * q5_k's fifth bits (from byte 1152) that holds its fifth bit. */
+static inline size_t x8_k_at(int r, int j, int l, int *shift, int *bit)
 {
-	*shift = (l % 8) >= 4 ? 4 : 0;
-	return 128 + 256 * (size_t)(j / 2) + 64 * (size_t)(l / 8) + 4 * (size_t)(8 * (j % 2) + r) + (size_t)(l % 4);
+	int t = j / 2, p = j % 2, c = l / 8, h = (l % 8) / 4, b = 4 * (8 * p + r) + l % 4;
+
+	*shift = 4 * h;
+	*bit = 8 * (64 * t + 8 * (2 * c + h)) + b;
+	return 128 + 256 * (size_t)t + 64 * (size_t)c + (size_t)b;
 }
 
-void repack_q4_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+/* One row's super-block in the row layout's fields (qh NULL for q4_k). */
+struct k_affine_view {
+	const uint16_t *d, *dmin;
+	const uint8_t *scales, *qs, *qh;
+};
+
+static struct k_affine_view k_view(const void *blk, int five)
 {
+	if (five) {
+		const struct blk_q5_k *x = blk;
+
+		return (struct k_affine_view){ &x->d, &x->dmin, x->scales, x->qs, x->qh };
+	}
+	const struct blk_q4_k *x = blk;
+
+	return (struct k_affine_view){ &x->d, &x->dmin, x->scales, x->qs, NULL };
+}
+
+static void repack_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst, int five)
+{
+	size_t bs = five ? sizeof(struct blk_q5_k) : sizeof(struct blk_q4_k), sbs = 8 * bs;
 	uint8_t *o = dst;
 
 	for (int64_t r0 = 0; r0 < rows; r0 += 8)
-		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_Q4_K_SB) {
-			memset(o, 0, OPS_X8_Q4_K_SB);
+		for (int64_t b = 0; b < n / QK_K; b++, o += sbs) {
+			memset(o, 0, sbs);
 			for (int r = 0; r < 8; r++) {
-				const struct blk_q4_k *x = (const struct blk_q4_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+				struct k_affine_view x = k_view((const char *)w + (size_t)(r0 + r) * ws + (size_t)b * bs, five);
 
-				memcpy(o + 2 * r, &x->d, 2);
-				memcpy(o + 16 + 2 * r, &x->dmin, 2);
+				memcpy(o + 2 * r, x.d, 2);
+				memcpy(o + 16 + 2 * r, x.dmin, 2);
 				for (int j = 0; j < 8; j++) {
 					uint8_t sc, m;
 					int vs = 8 * j + r, vm = 64 + 8 * r + j;
 
-					ops_k_scale_min(x->scales, j, &sc, &m);
+					ops_k_scale_min(x.scales, j, &sc, &m);
 					o[32 + vs] |= (uint8_t)(sc & 15);
 					o[32 + vm % 64] |= (uint8_t)((m & 15) << 4);
 					o[96 + vs % 32] |= (uint8_t)((sc >> 4) << (2 * (vs / 32)));
 					o[96 + vm % 32] |= (uint8_t)((m >> 4) << (2 * (vm / 32)));
 					for (int l = 0; l < 32; l++) {
-						int sh;
-						size_t at = x8_q4_k_at(r, j, l, &sh);
+						int sh, bit, v = k_sub_value(x.qs, x.qh, j, l);
+						size_t at = x8_k_at(r, j, l, &sh, &bit);
 
-						o[at] |= (uint8_t)(k_sub_value(x->qs, NULL, j, l) << sh);
+						o[at] |= (uint8_t)((v & 15) << sh);
+						if (five)
+							o[OPS_X8_Q4_K_SB + bit / 8] |= (uint8_t)((v >> 4) << (bit % 8));
 					}
 				}
 			}
 		}
 }
 
-/* Row r of a group super-block back as a q4_k block: the references run the
- * row kernels' own block functions on it, so they give the same floats. */
-static void x8_q4_k_block(const uint8_t *sb, int r, struct blk_q4_k *x)
+void repack_q4_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
 {
-	uint8_t sc[8], m[8];
+	repack_k_x8(w, ws, rows, n, dst, 0);
+}
 
-	memcpy(&x->d, sb + 2 * r, 2);
-	memcpy(&x->dmin, sb + 16 + 2 * r, 2);
+void repack_q5_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	repack_k_x8(w, ws, rows, n, dst, 1);
+}
+
+/* Row r of a group super-block back as a q4_k or q5_k block (out): the
+ * references run the row kernels' own block functions on it, so they give
+ * the same floats. */
+static void x8_k_block(const uint8_t *sb, int r, void *out, int five)
+{
+	struct k_affine_view x = k_view(out, five);
+	uint8_t sc[8], m[8], *scales = (uint8_t *)x.scales, *qs = (uint8_t *)x.qs, *qh = (uint8_t *)x.qh;
+
+	memset(out, 0, five ? sizeof(struct blk_q5_k) : sizeof(struct blk_q4_k));
+	memcpy((uint16_t *)x.d, sb + 2 * r, 2);
+	memcpy((uint16_t *)x.dmin, sb + 16 + 2 * r, 2);
 	for (int j = 0; j < 8; j++) {
 		sc[j] = (uint8_t)ops_x8_q4_k_sm(sb, r, j);
 		m[j] = (uint8_t)ops_x8_q4_k_sm(sb, r, 8 + j);
 	}
-	pack_k_scales(sc, m, x->scales);
-	memset(x->qs, 0, sizeof x->qs);
+	pack_k_scales(sc, m, scales);
 	for (int j = 0; j < 8; j++)
 		for (int l = 0; l < 32; l++) {
-			int sh;
-			uint8_t v = (uint8_t)((sb[x8_q4_k_at(r, j, l, &sh)] >> sh) & 15);
+			int sh, bit;
+			uint8_t v = (uint8_t)((sb[x8_k_at(r, j, l, &sh, &bit)] >> sh) & 15);
 
-			x->qs[32 * (j / 2) + l] |= (uint8_t)(v << 4 * (j % 2));
+			qs[32 * (j / 2) + l] |= (uint8_t)(v << 4 * (j % 2));
+			if (five)
+				qh[l] |= (uint8_t)(((sb[OPS_X8_Q4_K_SB + bit / 8] >> (bit % 8)) & 1) << j);
 		}
 }
 
-void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+/* The references, for either type: one super-block of one row at a time. */
+union k_block {
+	struct blk_q4_k q4;
+	struct blk_q5_k q5;
+};
+
+static float x8_k_dot(const uint8_t *sb, int r, const struct blk_q8_256 *y, int five)
 {
+	union k_block x;
+
+	x8_k_block(sb, r, &x, five);
+	return five ? dot_q5_k(&x.q5, y) : dot_q4_k(&x.q4, y);
+}
+
+static void gemv_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss,
+			  int five)
+{
+	size_t sbs = five ? OPS_X8_Q5_K_SB : OPS_X8_Q4_K_SB;
+
 	for (int c = 0; c < nc; c++) {
 		const struct blk_q8_256 *y = (const void *)((const char *)a + (size_t)c * as);
 
@@ -854,46 +910,77 @@ void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, in
 			const uint8_t *sb = group;
 			float sum = 0.0f;
 
-			for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB) {
-				struct blk_q4_k x;
-
-				x8_q4_k_block(sb, r, &x);
-				sum += dot_q4_k(&x, &y[b]);
-			}
+			for (int64_t b = 0; b < n / QK_K; b++, sb += sbs)
+				sum += x8_k_dot(sb, r, &y[b], five);
 			s[(size_t)c * ss + r] = sum;
 		}
 	}
 }
 
-void dequant_q4_k_x8_ref(const void *group, int r, int64_t n, float *out)
+void gemv_q4_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	gemv_k_x8_ref(n, group, a, as, nc, s, ss, 0);
+}
+
+void gemv_q5_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	gemv_k_x8_ref(n, group, a, as, nc, s, ss, 1);
+}
+
+static void dequant_k_x8_ref(const void *group, int r, int64_t n, float *out, int five)
 {
 	const uint8_t *sb = group;
 
-	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB, out += QK_K) {
-		struct blk_q4_k x;
+	for (int64_t b = 0; b < n / QK_K; b++, sb += five ? OPS_X8_Q5_K_SB : OPS_X8_Q4_K_SB, out += QK_K) {
+		union k_block x;
 
-		x8_q4_k_block(sb, r, &x);
-		deq_q4_k(&x, out);
+		x8_k_block(sb, r, &x, five);
+		if (five)
+			deq_q5_k(&x.q5, out);
+		else
+			deq_q4_k(&x.q4, out);
 	}
 }
 
-void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel)
+void dequant_q4_k_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	dequant_k_x8_ref(group, r, n, out, 0);
+}
+
+void dequant_q5_k_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	dequant_k_x8_ref(group, r, n, out, 1);
+}
+
+static void pack_k_x8_ref(const void *group, int64_t n, void *panel, int five)
 {
 	const uint8_t *sb = group;
 
-	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB)
+	for (int64_t b = 0; b < n / QK_K; b++, sb += five ? OPS_X8_Q5_K_SB : OPS_X8_Q4_K_SB)
 		for (int r = 0; r < 8; r++) {
-			struct blk_q4_k x;
+			union k_block x;
+			struct k_affine_view v;
 
-			x8_q4_k_block(sb, r, &x);
+			x8_k_block(sb, r, &x, five);
+			v = k_view(&x, five);
 			for (int j = 0; j < 8; j++) {
 				uint8_t q[32];
 				float d, m;
 
-				decode_k_affine(x.qs, NULL, x.scales, x.d, x.dmin, j, q, &d, &m);
+				decode_k_affine(v.qs, v.qh, v.scales, *v.d, *v.dmin, j, q, &d, &m);
 				panel_put((uint8_t *)panel + (size_t)(8 * b + j) * OPS_PANEL_BLOCK, r, q, d, m);
 			}
 		}
+}
+
+void pack_q4_k_x8_ref(const void *group, int64_t n, void *panel)
+{
+	pack_k_x8_ref(group, n, panel, 0);
+}
+
+void pack_q5_k_x8_ref(const void *group, int64_t n, void *panel)
+{
+	pack_k_x8_ref(group, n, panel, 1);
 }
 
 /* ---- q6_k in the interleaved layout ---------------------------------------------- */

@@ -1009,56 +1009,101 @@ void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel)
 	}
 }
 
-/* ---- q4_k in the interleaved layout (ops_impl.h) --------------------------------------- */
+/* ---- q4_k and q5_k in the interleaved layout (ops_impl.h) ------------------------------ */
+
+/* 32 bits as 32 bytes: 16 where the bit is set. */
+static inline __m256i bits_to_16(uint32_t bits)
+{
+	const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+					      3, 3, 3, 3, 3, 3, 3, 3);
+	const __m256i sel = _mm256_set1_epi64x(0x8040201008040201ll);
+	__m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf), sel);
+
+	return _mm256_and_si256(_mm256_cmpeq_epi8(x, sel), _mm256_set1_epi8(16));
+}
+
+/* The 8 scales and mins of a q4_k/q5_k group super-block unpacked to bytes:
+ * sc[8j + r], mn[8r + j]. */
+static inline void k_x8_scales(const uint8_t *group, uint8_t sc[64], uint8_t mn[64])
+{
+	const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+	__m256i L0 = _mm256_loadu_si256((const __m256i *)(group + 32));
+	__m256i L1 = _mm256_loadu_si256((const __m256i *)(group + 64));
+	__m256i H = _mm256_loadu_si256((const __m256i *)(group + 96));
+
+	_mm256_storeu_si256((__m256i *)sc, _mm256_or_si256(_mm256_and_si256(L0, m4),
+			    _mm256_slli_epi16(_mm256_and_si256(H, m3), 4)));
+	_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_or_si256(_mm256_and_si256(L1, m4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m3), 4)));
+	_mm256_storeu_si256((__m256i *)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m3), 4)));
+	_mm256_storeu_si256((__m256i *)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+			    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)));
+}
+
+/* The two registers (elements 8k + e, 8k + 4 + e) of chunk k of sub-block j
+ * of a q4_k/q5_k group super-block: lane r holds row r. */
+static inline __attribute__((always_inline)) void k_x8_regs(const uint8_t *group, int j, int k, __m256i v[2], int five)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i x = _mm256_loadu_si256((const __m256i *)(group + 128 + 256 * (j / 2) + 32 * (j % 2) + 64 * k));
+
+	v[0] = _mm256_and_si256(x, m4);
+	v[1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+	if (five) {
+		const uint8_t *qh = group + OPS_X8_Q4_K_SB + 64 * (j / 2) + 16 * k + 4 * (j % 2);
+		uint32_t bl, bh;
+
+		memcpy(&bl, qh, 4);
+		memcpy(&bh, qh + 8, 4);
+		v[0] = _mm256_add_epi8(v[0], bits_to_16(bl));
+		v[1] = _mm256_add_epi8(v[1], bits_to_16(bh));
+	}
+}
 
 /* One column against a group on 256-bit registers: lane r holds row r. Per
  * sub-block j, the half p = j % 2 of each chunk of pair j / 2 gives 8
  * registers of 4 values a row; vpmaddubsw against the broadcast activation
- * bytes, the int16 sums of all 8 added (8 x 2 x 15 x 127 < 2^15), and one
- * vpmaddwd by the rows' scales. The mins: per row pair, vpmaddwd of the
- * widened mins by the 32-element sums, reduced by two rounds of vphaddd,
- * which leave the rows in the order 0 2 4 6 1 3 5 7 (the dmin vector is put
- * in that order too, and the sums back at the end). */
-static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q8_256 *y, float *s)
+ * bytes, the int16 sums added (q4_k: all 8, 8 x 2 x 15 x 127 < 2^15; q5_k:
+ * 4 at a time) and vpmaddwd by the rows' scales. The mins: per row pair,
+ * vpmaddwd of the widened mins by the 32-element sums, reduced by two rounds
+ * of vphaddd, which leave the rows in the order 0 2 4 6 1 3 5 7 (the dmin
+ * vector is put in that order too, and the sums back at the end). */
+static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const uint8_t *group,
+								 const struct blk_q8_256 *y, float *s, int five)
 {
-	const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+	const __m256i ones = _mm256_set1_epi16(1);
 	const __m256i ord = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+	const size_t sbs = five ? OPS_X8_Q5_K_SB : OPS_X8_Q4_K_SB;
 	__m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-	uint8_t sc[64] __attribute__((aligned(32))), mn[64] __attribute__((aligned(32)));
+	uint8_t sc[64], mn[64];
 	float f[8], m[8];
 
-	for (int64_t b = 0; b < n / QK_K; b++, group += OPS_X8_Q4_K_SB) {
-		__m256i L0 = _mm256_loadu_si256((const __m256i *)(group + 32));
-		__m256i L1 = _mm256_loadu_si256((const __m256i *)(group + 64));
-		__m256i H = _mm256_loadu_si256((const __m256i *)(group + 96));
+	for (int64_t b = 0; b < n / QK_K; b++, group += sbs) {
 		__m256i isum = _mm256_setzero_si256(), bs, ms;
 		__m256 dy = _mm256_set1_ps(y[b].d);
 
-		_mm256_store_si256((__m256i *)sc, _mm256_or_si256(_mm256_and_si256(L0, m4),
-				   _mm256_slli_epi16(_mm256_and_si256(H, m3), 4)));
-		_mm256_store_si256((__m256i *)(sc + 32), _mm256_or_si256(_mm256_and_si256(L1, m4),
-				   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m3), 4)));
-		_mm256_store_si256((__m256i *)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
-				   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m3), 4)));
-		_mm256_store_si256((__m256i *)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
-				   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)));
+		k_x8_scales(group, sc, mn);
 		for (int j = 0; j < 8; j++) {
-			const uint8_t *q = group + 128 + 256 * (j / 2) + 32 * (j % 2);
 			const int8_t *yq = y[b].qs + 32 * j;
-			__m256i p16 = _mm256_setzero_si256(), sc32;
+			__m256i sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j))), scw, p16[2];
 
+			scw = _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+			p16[0] = p16[1] = _mm256_setzero_si256();
 			for (int k = 0; k < 4; k++) {
-				__m256i x = _mm256_loadu_si256((const __m256i *)(q + 64 * k));
+				__m256i v[2];
 				int32_t ya, yb;
+				int h = five ? k / 2 : 0;
 
+				k_x8_regs(group, j, k, v, five);
 				memcpy(&ya, yq + 8 * k, 4);
 				memcpy(&yb, yq + 8 * k + 4, 4);
-				p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(_mm256_and_si256(x, m4), _mm256_set1_epi32(ya)));
-				p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), m4),
-										 _mm256_set1_epi32(yb)));
+				p16[h] = _mm256_add_epi16(p16[h], _mm256_maddubs_epi16(v[0], _mm256_set1_epi32(ya)));
+				p16[h] = _mm256_add_epi16(p16[h], _mm256_maddubs_epi16(v[1], _mm256_set1_epi32(yb)));
 			}
-			sc32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j)));
-			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16))));
+			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16[0], scw));
+			if (five)
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16[1], scw));
 		}
 		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
 				      _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)group)), dy), acc);
@@ -1066,10 +1111,10 @@ static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 		bs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), ones);
 		bs = _mm256_permute4x64_epi64(_mm256_packs_epi32(bs, bs), 0x88);
 		ms = _mm256_hadd_epi32(
-			_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)mn)), bs),
-					  _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(mn + 16))), bs)),
-			_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(mn + 32))), bs),
-					  _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(mn + 48))), bs)));
+			_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)mn)), bs),
+					  _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(mn + 16))), bs)),
+			_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(mn + 32))), bs),
+					  _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(mn + 48))), bs)));
 		accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms),
 				       _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + 16))), dy), ord),
 				       accm);
@@ -1086,46 +1131,41 @@ static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 void gemv_q4_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
 {
 	for (int c = 0; c < nc; c++)
-		gemv_q4_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
+		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 0);
 }
 
-/* A q4_k group's super-blocks as panel blocks: group 2c + h of sub-block
- * 2t + p is half p of chunk c of pair t, nibble h (ops_impl.h); d and m per
- * row from the group's d, dmin and 6-bit values, rounded as
- * pack_q4_k_x8_ref rounds them. */
-void pack_q4_k_x8_avx2(const void *group, int64_t n, void *panel)
+void gemv_q5_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
 {
-	const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+	for (int c = 0; c < nc; c++)
+		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 1);
+}
+
+/* A q4_k/q5_k group's super-blocks as panel blocks: group 2c + h of
+ * sub-block 2t + p is half p of chunk c of pair t, nibble h (ops_impl.h),
+ * with q5_k's fifth bits; d and m per row from the group's d, dmin and 6-bit
+ * values, rounded as pack_q4_k_x8_ref rounds them. */
+static inline __attribute__((always_inline)) void pack_k_x8(const void *group, int64_t n, void *panel, int five)
+{
 	const uint8_t *sb = group;
 	uint8_t *pb = panel;
-	uint8_t sc[64] __attribute__((aligned(32))), mn[64] __attribute__((aligned(32)));
+	uint8_t sc[64], mn[64];
 
-	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q4_K_SB) {
-		__m256i L0 = _mm256_loadu_si256((const __m256i *)(sb + 32));
-		__m256i L1 = _mm256_loadu_si256((const __m256i *)(sb + 64));
-		__m256i H = _mm256_loadu_si256((const __m256i *)(sb + 96));
+	for (int64_t b = 0; b < n / QK_K; b++, sb += five ? OPS_X8_Q5_K_SB : OPS_X8_Q4_K_SB) {
 		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb));
 		float dmin[8];
 
 		_mm256_storeu_ps(dmin, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16))));
-		_mm256_store_si256((__m256i *)sc, _mm256_or_si256(_mm256_and_si256(L0, m4),
-				   _mm256_slli_epi16(_mm256_and_si256(H, m3), 4)));
-		_mm256_store_si256((__m256i *)(sc + 32), _mm256_or_si256(_mm256_and_si256(L1, m4),
-				   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m3), 4)));
-		_mm256_store_si256((__m256i *)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
-				   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m3), 4)));
-		_mm256_store_si256((__m256i *)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
-				   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)));
+		k_x8_scales(sb, sc, mn);
 		for (int j = 0; j < 8; j++, pb += OPS_PANEL_BLOCK) {
-			const uint8_t *q = sb + 128 + 256 * (j / 2) + 32 * (j % 2);
 			__m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j))));
 			float m[8];
 
-			for (int c = 0; c < 4; c++) {
-				__m256i x = _mm256_loadu_si256((const __m256i *)(q + 64 * c));
+			for (int k = 0; k < 4; k++) {
+				__m256i v[2];
 
-				_mm256_storeu_si256((__m256i *)(pb + 64 * c), _mm256_and_si256(x, m4));
-				_mm256_storeu_si256((__m256i *)(pb + 64 * c + 32), _mm256_and_si256(_mm256_srli_epi16(x, 4), m4));
+				k_x8_regs(sb, j, k, v, five);
+				_mm256_storeu_si256((__m256i *)(pb + 64 * k), v[0]);
+				_mm256_storeu_si256((__m256i *)(pb + 64 * k + 32), v[1]);
 			}
 			for (int r = 0; r < 8; r++)
 				m[r] = -(dmin[r] * (float)mn[8 * r + j]);
@@ -1133,6 +1173,16 @@ void pack_q4_k_x8_avx2(const void *group, int64_t n, void *panel)
 			_mm256_storeu_ps((float *)(pb + 288), _mm256_loadu_ps(m));
 		}
 	}
+}
+
+void pack_q4_k_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_k_x8(group, n, panel, 0);
+}
+
+void pack_q5_k_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_k_x8(group, n, panel, 1);
 }
 
 /* q6_k's group registers for half p of unit u: values 0..63 of elements

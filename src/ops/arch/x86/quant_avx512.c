@@ -529,16 +529,20 @@ void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a
 	OPS_COLS_SWITCH8(nc, CALL_P2)
 }
 
-/* ---- q4_k in the interleaved layout (ops_impl.h) --------------------------------------- */
+/* ---- q4_k and q5_k in the interleaved layout (ops_impl.h) ------------------------------ */
 
-/* One column against a group: per pair t of sub-blocks, 4 chunks of 64 bytes
+/* One column against a group (q5_k: five): per pair t of sub-blocks, 4 chunks of 64 bytes
  * give 8 registers whose lane 8p + r holds 4 values of sub-block 2t + p of
- * row r; vpermd puts the matching 4 activation bytes in each lane, and 8
+ * row r (q5_k's fifth bits added as 16 under a mask loaded from its 8
+ * bytes); vpermd puts the matching 4 activation bytes in each lane, and 8
  * vpdpbusd leave each lane the sum over its sub-block, which vpmulld scales.
  * The mins meet the activations' 32-element sums as int16 pairs (lanes
  * 4r + i of two registers, rows 0..3 and 4..7). */
-static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q8_256 *y, float *s)
+static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const uint8_t *group,
+								  const struct blk_q8_256 *y, float *s, int five)
 {
+	const size_t sbs = five ? OPS_X8_Q5_K_SB : OPS_X8_Q4_K_SB;
+	const __m512i m16 = _mm512_set1_epi8(16);
 	const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
 	/* the top bits of scales (v < 32, < 64) and mins (< 96, < 128) */
 	const __m512i sh_sc = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
@@ -552,7 +556,7 @@ static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 
 	for (int q = 0; q < 8; q++)
 		idx[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(q)), _mm256_set1_epi32(8 + q), 1);
-	for (int64_t b = 0; b < n / QK_K; b++, group += OPS_X8_Q4_K_SB) {
+	for (int64_t b = 0; b < n / QK_K; b++, group += sbs) {
 		__m512i L = _mm512_loadu_si512((const void *)(group + 32));
 		__m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(group + 96)));
 		__m512i mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
@@ -569,10 +573,20 @@ static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 
 			for (int k = 0; k < 4; k++) {
 				__m512i x = _mm512_loadu_si512((const void *)(q + 64 * k));
+				__m512i lo = _mm512_and_si512(x, m4), hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
 
-				dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(x, m4), _mm512_permutexvar_epi32(idx[2 * k], yv));
-				dot = _mm512_dpbusd_epi32(dot, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4),
-							  _mm512_permutexvar_epi32(idx[2 * k + 1], yv));
+				if (five) {
+					/* q5_k: the fifth bits of the two registers, one bit a byte */
+					const uint8_t *qh = group + OPS_X8_Q4_K_SB + 64 * t + 16 * k;
+					uint64_t bl, bh;
+
+					memcpy(&bl, qh, 8);
+					memcpy(&bh, qh + 8, 8);
+					lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(bl), lo, m16);
+					hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(bh), hi, m16);
+				}
+				dot = _mm512_dpbusd_epi32(dot, lo, _mm512_permutexvar_epi32(idx[2 * k], yv));
+				dot = _mm512_dpbusd_epi32(dot, hi, _mm512_permutexvar_epi32(idx[2 * k + 1], yv));
 			}
 			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, _mm512_cvtepu8_epi32(
 								     _mm_load_si128((const __m128i *)(sc + 16 * t)))));
@@ -602,7 +616,13 @@ static void gemv_q4_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 void gemv_q4_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
 {
 	for (int c = 0; c < nc; c++)
-		gemv_q4_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
+		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 0);
+}
+
+void gemv_q5_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++)
+		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 1);
 }
 
 /* q6_k (ops_impl.h): per unit u (16-groups 2u, 2u + 1), two nibble chunks

@@ -73,6 +73,8 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q4_K].gemv_x8 = gemv_q4_k_x8_avx2;
 	types[TKV_Q4_K].pack_x8 = pack_q4_k_x8_avx2;
 	types[TKV_Q6_K].gemv_x8 = gemv_q6_k_x8_avx2;
+	types[TKV_Q5_K].gemv_x8 = gemv_q5_k_x8_avx2;
+	types[TKV_Q5_K].pack_x8 = pack_q5_k_x8_avx2;
 	types[TKV_Q6_K].pack_x8 = pack_q6_k_x8_avx2;
 	ops_select_more_avx2(types);
 	act->quant[OPS_ACT_Q8_32] = quant_act_q8_32_avx2;
@@ -108,6 +110,7 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q8_0].gemv_x8 = gemv_q8_0_x8_avx512;
 	types[TKV_Q4_K].gemv_x8 = gemv_q4_k_x8_avx512;
 	types[TKV_Q6_K].gemv_x8 = gemv_q6_k_x8_avx512;
+	types[TKV_Q5_K].gemv_x8 = gemv_q5_k_x8_avx512;
 	/* prefill: 16 rows (two panels) per register for the unsigned panels */
 	for (int t = 0; t < TKV_DTYPE_COUNT; t++)
 		if (types[t].panel == panel_u_vnni)

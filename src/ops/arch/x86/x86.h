@@ -50,6 +50,8 @@ void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel);
 void pack_q4_k_x8_avx2(const void *group, int64_t n, void *panel);
 void gemv_q6_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q6_k_x8_avx2(const void *group, int64_t n, void *panel);
+void gemv_q5_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q5_k_x8_avx2(const void *group, int64_t n, void *panel);
 void gemv_q4_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 
 /* quant_more_avx2.c */
@@ -75,6 +77,7 @@ void dot_rows_q2_k_avx512(int64_t n, const void *w, size_t ws, int nr, const voi
 void gemv_q4_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q6_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q4_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 /* quant_more_avx512.c */
 void dot_rows_q4_1_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
