@@ -337,6 +337,26 @@ static int bench_attn(void)
 			printf("attn q4 d %3u, %d heads (%s): score %6.2f ns/slot, values %6.2f ns/slot\n", d, NQ, names[k],
 			       ts * 1e3 / reps / CAP, ta * 1e3 / reps / CAP);
 		}
+		/* f16 pages (hot slots, the full cache) */
+		if (score[1]) {
+			static uint16_t K16[CAP * 128], V16[CAP * 128];
+			double t0, ts, ta;
+
+			for (uint32_t i = 0; i < CAP * d; i++) {
+				K16[i] = ops_f32_to_f16(K[i]);
+				V16[i] = ops_f32_to_f16(V[i]);
+			}
+			t0 = now_us();
+			for (int r = 0; r < REPS; r++)
+				kv_score_f16_avx2(K16, CAP, d, q, NQ, 0.125f, logit, CAP);
+			ts = now_us() - t0;
+			t0 = now_us();
+			for (int r = 0; r < REPS; r++)
+				kv_accum_f16_avx2(V16, CAP, d, w, CAP, NQ, out);
+			ta = now_us() - t0;
+			printf("attn f16 d %3u, %d heads (avx2): score %6.2f ns/slot, values %6.2f ns/slot\n", d, NQ,
+			       ts * 1e3 / REPS / CAP, ta * 1e3 / REPS / CAP);
+		}
 		free(kreg);
 		free(vreg);
 		free(K);

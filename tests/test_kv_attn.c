@@ -18,6 +18,13 @@
 #include "kv/tier.h"
 #include "kv/tier_impl.h"
 #include "ops/ops.h"
+#include "util/cpu.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
 
 /* Attention on data with |q| <= 1 and |k|, |v| <= M (M = 1 for f32/f16 pages;
  * quantized and rotated pages dequantize a little past the data's range, so
@@ -429,6 +436,82 @@ static void test_attn_exp_kernel(void **state)
 		assert_true(l[i] == 0.0f);
 }
 
+/* The AVX2 float kernels called directly, against double sums: f16 and f32
+ * keys and values, heads of 8, 16, 24, 64 and 128 channels, 1..37 rows,
+ * 1..8 query heads, weights with zeros (skipped rows). */
+static void test_attn_float_kernels(void **state)
+{
+	(void)state;
+#if HAVE_X86
+	typedef void (*score_fn)(const void *, uint32_t, uint32_t, const float *, uint32_t, float, float *, size_t);
+	typedef void (*accum_fn)(const void *, uint32_t, uint32_t, const float *, size_t, uint32_t, float *);
+	static const uint32_t ds[] = { 8, 16, 24, 64, 128 };
+	static float K[37 * 128], V[37 * 128], q[8 * 128], w[8 * 40], out[8 * 128];
+	static uint16_t K16[37 * 128], V16[37 * 128];
+	const score_fn score[2] = { kv_score_f32_avx2, kv_score_f16_avx2 };
+	const accum_fn accum[2] = { kv_accum_f32_avx2, kv_accum_f16_avx2 };
+
+	if (!cpu_features()->avx2) {
+		print_message("skipped: this CPU lacks AVX2, the float kernels were not run\n");
+		skip();
+	}
+	tu_rng_seed(515);
+	for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++)
+		for (uint32_t n = 1; n <= 37; n += 6) {
+			uint32_t d = ds[di], nq = 1 + (n + (uint32_t)di) % 8;
+			size_t stride = n + 3;
+
+			for (uint32_t i = 0; i < n * d; i++) {
+				K16[i] = ops_f32_to_f16(tu_rng_gauss());
+				V16[i] = ops_f32_to_f16(tu_rng_gauss());
+				K[i] = ops_f16_to_f32(K16[i]);
+				V[i] = ops_f16_to_f32(V16[i]);
+			}
+			for (uint32_t i = 0; i < nq * d; i++)
+				q[i] = tu_rng_gauss();
+			for (uint32_t i = 0; i < nq * stride; i++)
+				w[i] = i % 5 == 2 ? 0.0f : tu_rng_f(0.0f, 1.0f);
+			for (int f16 = 0; f16 < 2; f16++) {
+				const void *k = f16 ? (const void *)K16 : (const void *)K;
+				const void *v = f16 ? (const void *)V16 : (const void *)V;
+				float logit[8 * 40];
+
+				score[f16](k, n, d, q, nq, 0.125f, logit, stride);
+				for (uint32_t i = 0; i < nq * d; i++)
+					out[i] = 0.5f;
+				accum[f16](v, n, d, w, stride, nq, out);
+				for (uint32_t h = 0; h < nq; h++) {
+					for (uint32_t j = 0; j < n; j++) {
+						double want = 0.0, mag = 0.0;
+
+						for (uint32_t c = 0; c < d; c++) {
+							want += (double)q[h * d + c] * K[j * d + c];
+							mag += fabs((double)q[h * d + c] * K[j * d + c]);
+						}
+						if (!(fabs(logit[h * stride + j] - 0.125 * want) <= 1e-6 * mag + 1e-30))
+							fail_msg("score f16 %d d %u n %u head %u row %u: %.9g, want %.9g", f16, d, n, h,
+								 j, (double)logit[h * stride + j], 0.125 * want);
+					}
+					for (uint32_t c = 0; c < d; c++) {
+						double want = 0.5, mag = 0.5;
+
+						for (uint32_t j = 0; j < n; j++) {
+							want += (double)w[h * stride + j] * V[j * d + c];
+							mag += fabs((double)w[h * stride + j] * V[j * d + c]);
+						}
+						if (!(fabs(out[h * d + c] - want) <= 1e-6 * mag))
+							fail_msg("accum f16 %d d %u n %u head %u channel %u: %.9g, want %.9g", f16, d, n,
+								 h, c, (double)out[h * d + c], want);
+					}
+				}
+			}
+		}
+#else
+	print_message("skipped: not an x86 build, no float kernels to compare\n");
+	skip();
+#endif
+}
+
 /* ---- q4 pages on integer codes ---------------------------------------------- */
 
 /* Code of channel c in row j of a q4 region's codes (tier.h layout). */
@@ -689,6 +772,7 @@ int main(void)
 		cmocka_unit_test(test_attn_window_softcap),
 		cmocka_unit_test(test_attn_large_scores),
 		cmocka_unit_test(test_attn_exp_kernel),
+		cmocka_unit_test(test_attn_float_kernels),
 		cmocka_unit_test(test_attn_q_kernels),
 	};
 

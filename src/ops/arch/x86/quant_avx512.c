@@ -25,7 +25,12 @@
  * kernels. Results agree with the references up to the float accumulation
  * (the tests compare them).
  *
- * The interleaved groups (ops_impl.h) take two parts per register: for q4_0
+ * The k-quant groups (ops_impl.h) hold 8 rows of 2 sub-blocks in a 64-byte
+ * chunk, lane 8p + r of a register holding 4 values of sub-block p of row r:
+ * vpdpbusd against activations put in place by vpermd, and vpmulld by the
+ * pair's scales widened in the lanes' order (gemv_k_x8_col below).
+ *
+ * The interleaved q4_0 / q8_0 groups take two parts per register: for q4_0
  * the activation dwords meet the nibbles through vpermd, and vpdpbusd adds
  * the products into each row's int32 lane; q8_0's signed weights are made
  * unsigned by flipping the top bit (w + 128), and the 128 sum(y) comes off
@@ -531,13 +536,13 @@ void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a
 
 /* ---- q4_k and q5_k in the interleaved layout (ops_impl.h) ------------------------------ */
 
-/* One column against a group (q5_k: five): per pair t of sub-blocks, 4 chunks of 64 bytes
- * give 8 registers whose lane 8p + r holds 4 values of sub-block 2t + p of
- * row r (q5_k's fifth bits added as 16 under a mask loaded from its 8
- * bytes); vpermd puts the matching 4 activation bytes in each lane, and 8
- * vpdpbusd leave each lane the sum over its sub-block, which vpmulld scales.
- * The mins meet the activations' 32-element sums as int16 pairs (lanes
- * 4r + i of two registers, rows 0..3 and 4..7). */
+/* One column against a group (q5_k: five): per pair t of sub-blocks, 4
+ * chunks of 64 bytes give 8 registers whose lane 8p + r holds 4 values of
+ * sub-block 2t + p of row r (q5_k's fifth bits added as 16 under a mask
+ * loaded from its 8 bytes); vpermd puts the matching 4 activation bytes in
+ * each lane, and 8 vpdpbusd leave each lane the sum over its sub-block,
+ * which vpmulld scales. The mins meet the activations' 32-element sums as
+ * int16 pairs (lanes 4r + i of two registers, rows 0..3 and 4..7). */
 static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const uint8_t *group,
 								  const struct blk_q8_256 *y, float *s, int five)
 {
