@@ -313,10 +313,11 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         bits 2q, 2q + 1 of byte 4 (8p + r) + e for element 4q + e
  *
  * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (the
- * k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers of 16
- * int32 lanes, lane 8p + r holding 4 values of row r, so that one vpdpbusd
- * covers 8 rows and 2 sub-blocks, each row's sum stays in its lanes, and the
- * scales of a pair unpack to the lanes' order in one widening. */
+ * k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers
+ * of 16 int32 lanes, lane 8p + r holding 4 values of row r, so that one
+ * vpdpbusd covers 8 rows and 2 sub-blocks, each row's sum stays in its
+ * lanes, and the scales of a pair unpack to the lanes' order in one
+ * widening. */
 #define OPS_X8_Q4_0 144
 #define OPS_X8_Q8_0 272
 #define OPS_X8_Q4_K 144
@@ -426,14 +427,6 @@ void repack_q6_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 void gemv_q6_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q6_k_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_q6_k_x8_ref(const void *group, int r, int64_t n, float *out);
-/* Scale (j < 8) or min (8 + j) of sub-block j of row r of a q4_k group's
- * super-block sb. */
-static inline int ops_x8_q4_k_sm(const uint8_t *sb, int r, int j)
-{
-	int v = j < 8 ? 8 * j + r : 64 + 8 * r + (j - 8);
-
-	return ((sb[32 + v % 64] >> (v >= 64 ? 4 : 0)) & 15) | ((sb[96 + v % 32] >> (2 * (v / 32))) & 3) << 4;
-}
 
 /* ---- the other common types (ops/quant_more.c) -------------------------------- */
 

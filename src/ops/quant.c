@@ -857,6 +857,15 @@ void repack_q5_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 	repack_k_x8(w, ws, rows, n, dst, 1);
 }
 
+/* Scale (j < 8) or min (8 + j) of sub-block j of row r of a q4_k/q5_k
+ * group's super-block sb. */
+static inline int x8_k_sm(const uint8_t *sb, int r, int j)
+{
+	int v = j < 8 ? 8 * j + r : 64 + 8 * r + (j - 8);
+
+	return ((sb[32 + v % 64] >> (v >= 64 ? 4 : 0)) & 15) | ((sb[96 + v % 32] >> (2 * (v / 32))) & 3) << 4;
+}
+
 /* Row r of a group super-block back as a q4_k or q5_k block (out): the
  * references run the row kernels' own block functions on it, so they give
  * the same floats. */
@@ -869,14 +878,15 @@ static void x8_k_block(const uint8_t *sb, int r, void *out, int five)
 	memcpy((uint16_t *)x.d, sb + 2 * r, 2);
 	memcpy((uint16_t *)x.dmin, sb + 16 + 2 * r, 2);
 	for (int j = 0; j < 8; j++) {
-		sc[j] = (uint8_t)ops_x8_q4_k_sm(sb, r, j);
-		m[j] = (uint8_t)ops_x8_q4_k_sm(sb, r, 8 + j);
+		sc[j] = (uint8_t)x8_k_sm(sb, r, j);
+		m[j] = (uint8_t)x8_k_sm(sb, r, 8 + j);
 	}
 	pack_k_scales(sc, m, scales);
 	for (int j = 0; j < 8; j++)
 		for (int l = 0; l < 32; l++) {
 			int sh, bit;
-			uint8_t v = (uint8_t)((sb[x8_k_at(r, j, l, &sh, &bit)] >> sh) & 15);
+			size_t at = x8_k_at(r, j, l, &sh, &bit);
+			uint8_t v = (uint8_t)((sb[at] >> sh) & 15);
 
 			qs[32 * (j / 2) + l] |= (uint8_t)(v << 4 * (j % 2));
 			if (five)
