@@ -301,9 +301,12 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         element 8c + e of sub-block 2t + p of row r in its low nibble and
  *         element 8c + 4 + e in its high one
  *
- *   q5_k: as q4_k (x8_block 176, a super-block 1408 bytes), then the fifth
- *         bits: bit b of the 8 bytes at 1152 + 64t + 8q for byte b of the
- *         register of chunk c = q / 2, nibble q % 2 of pair t
+ *   q5_k: as q4_k (x8_block 176, a super-block 1408 bytes), but each pair
+ *         is 320 bytes: its 4 chunks, then its fifth bits, bit b of the 8
+ *         bytes at 256 + 8q for byte b of the register of chunk c = q / 2,
+ *         nibble q % 2 (next to its chunks: with the fifth bits after all
+ *         the chunks, two threads read q5_k from memory at 26 GB/s where
+ *         the row layout gave 29-35; next to them, 33-34)
  *   q6_k: a super-block of 8 rows (1680 bytes; x8_block 210):
  *         f16 d[8] | int8 scale of 16-group G of row r at 8G + r | 8
  *         units u of 192 bytes (16-groups 2u, 2u + 1): 2 chunks c of 64

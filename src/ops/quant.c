@@ -782,16 +782,21 @@ void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)
 
 /* ---- q4_k and q5_k in the interleaved layout -------------------------------------- */
 
+/* A pair of sub-blocks of a q4_k/q5_k group super-block: 4 chunks of 64
+ * bytes, then q5_k's 64 bytes of fifth bits. */
+#define X8_K_PAIR(five) ((five) ? 320 : 256)
+
 /* Byte of a q4_k/q5_k group super-block holding the low 4 bits of element l
  * (0..31) of sub-block j of row r, and the nibble's shift; *bit: the bit of
- * q5_k's fifth bits (from byte 1152) that holds its fifth bit. */
-static inline size_t x8_k_at(int r, int j, int l, int *shift, int *bit)
+ * the super-block (byte bit / 8) holding q5_k's fifth bit. */
+static inline size_t x8_k_at(int r, int j, int l, int five, int *shift, int *bit)
 {
 	int t = j / 2, p = j % 2, c = l / 8, h = (l % 8) / 4, b = 4 * (8 * p + r) + l % 4;
+	int pair = 128 + X8_K_PAIR(five) * t;
 
 	*shift = 4 * h;
-	*bit = 8 * (64 * t + 8 * (2 * c + h)) + b;
-	return 128 + 256 * (size_t)t + 64 * (size_t)c + (size_t)b;
+	*bit = 8 * (pair + 256 + 8 * (2 * c + h)) + b;
+	return (size_t)pair + 64 * (size_t)c + (size_t)b;
 }
 
 /* One row's super-block in the row layout's fields (qh NULL for q4_k). */
@@ -836,11 +841,11 @@ static void repack_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void 
 					o[96 + vm % 32] |= (uint8_t)((m >> 4) << (2 * (vm / 32)));
 					for (int l = 0; l < 32; l++) {
 						int sh, bit, v = k_sub_value(x.qs, x.qh, j, l);
-						size_t at = x8_k_at(r, j, l, &sh, &bit);
+						size_t at = x8_k_at(r, j, l, five, &sh, &bit);
 
 						o[at] |= (uint8_t)((v & 15) << sh);
 						if (five)
-							o[OPS_X8_Q4_K_SB + bit / 8] |= (uint8_t)((v >> 4) << (bit % 8));
+							o[bit / 8] |= (uint8_t)((v >> 4) << (bit % 8));
 					}
 				}
 			}
@@ -885,12 +890,12 @@ static void x8_k_block(const uint8_t *sb, int r, void *out, int five)
 	for (int j = 0; j < 8; j++)
 		for (int l = 0; l < 32; l++) {
 			int sh, bit;
-			size_t at = x8_k_at(r, j, l, &sh, &bit);
+			size_t at = x8_k_at(r, j, l, five, &sh, &bit);
 			uint8_t v = (uint8_t)((sb[at] >> sh) & 15);
 
 			qs[32 * (j / 2) + l] |= (uint8_t)(v << 4 * (j % 2));
 			if (five)
-				qh[l] |= (uint8_t)(((sb[OPS_X8_Q4_K_SB + bit / 8] >> (bit % 8)) & 1) << j);
+				qh[l] |= (uint8_t)(((sb[bit / 8] >> (bit % 8)) & 1) << j);
 		}
 }
 

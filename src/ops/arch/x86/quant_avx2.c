@@ -1046,12 +1046,13 @@ static inline void k_x8_scales(const uint8_t *group, uint8_t sc[64], uint8_t mn[
 static inline __attribute__((always_inline)) void k_x8_regs(const uint8_t *group, int j, int k, __m256i v[2], int five)
 {
 	const __m256i m4 = _mm256_set1_epi8(15);
-	__m256i x = _mm256_loadu_si256((const __m256i *)(group + 128 + 256 * (j / 2) + 32 * (j % 2) + 64 * k));
+	const uint8_t *pair = group + 128 + (five ? 320 : 256) * (j / 2);
+	__m256i x = _mm256_loadu_si256((const __m256i *)(pair + 32 * (j % 2) + 64 * k));
 
 	v[0] = _mm256_and_si256(x, m4);
 	v[1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
 	if (five) {
-		const uint8_t *qh = group + OPS_X8_Q4_K_SB + 64 * (j / 2) + 16 * k + 4 * (j % 2);
+		const uint8_t *qh = pair + 256 + 16 * k + 4 * (j % 2);
 		uint32_t bl, bh;
 
 		memcpy(&bl, qh, 4);

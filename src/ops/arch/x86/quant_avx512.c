@@ -573,7 +573,7 @@ static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const
 		_mm512_store_si512((void *)sc, _mm512_or_si512(_mm512_and_si512(L, m4),
 				    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H, sh_sc), m3), 4)));
 		for (int t = 0; t < 4; t++) {
-			const uint8_t *q = group + 128 + 256 * t;
+			const uint8_t *q = group + 128 + (five ? 320 : 256) * t;
 			__m512i yv = _mm512_loadu_si512((const void *)(y[b].qs + 64 * t)), dot = _mm512_setzero_si512();
 
 			for (int k = 0; k < 4; k++) {
@@ -582,7 +582,7 @@ static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const
 
 				if (five) {
 					/* q5_k: the fifth bits of the two registers, one bit a byte */
-					const uint8_t *qh = group + OPS_X8_Q4_K_SB + 64 * t + 16 * k;
+					const uint8_t *qh = q + 256 + 16 * k;
 					uint64_t bl, bh;
 
 					memcpy(&bl, qh, 8);
