@@ -1129,17 +1129,9 @@ static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const
 	}
 }
 
-void gemv_q4_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++)
-		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 0);
-}
+OPS_X8_EACH_COL(gemv_q4_k_x8_avx2, gemv_k_x8_col, 0)
 
-void gemv_q5_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++)
-		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 1);
-}
+OPS_X8_EACH_COL(gemv_q5_k_x8_avx2, gemv_k_x8_col, 1)
 
 /* A q4_k/q5_k group's super-blocks as panel blocks: group 2c + h of
  * sub-block 2t + p is half p of chunk c of pair t, nibble h (ops_impl.h),
@@ -1201,12 +1193,18 @@ static inline void q6_k_x8_regs(const uint8_t *sb, int u, int p, __m256i v[4])
 	v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(x1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
 }
 
-/* The 8 rows' int8 scales of 16-group g as int16 pairs (both words of lane r). */
-static inline __m256i q6_k_x8_scales(const uint8_t *sb, int g)
+/* The 8 rows' int8 scales of 16-group g, each twice (the panel's sc row). */
+static inline __m128i q6_k_x8_scales2(const uint8_t *sb, int g)
 {
 	const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
 
-	return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sb + 16 + 8 * g)), dup));
+	return _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sb + 16 + 8 * g)), dup);
+}
+
+/* The same as int16 pairs (both words of lane r). */
+static inline __m256i q6_k_x8_scales(const uint8_t *sb, int g)
+{
+	return _mm256_cvtepi8_epi16(q6_k_x8_scales2(sb, g));
 }
 
 /* One column against a q6_k group on 256-bit registers: per 16-group,
@@ -1241,18 +1239,13 @@ static void gemv_q6_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 	_mm256_storeu_ps(s, acc);
 }
 
-void gemv_q6_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++)
-		gemv_q6_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
-}
+OPS_X8_EACH_COL(gemv_q6_k_x8_avx2, gemv_q6_k_x8_col)
 
 /* A q6_k group's super-blocks as q6_k panel blocks (ops_impl.h): group 4G + q
  * of the panel is register q of 16-group G, less 32; the scales doubled. */
 void pack_q6_k_x8_avx2(const void *group, int64_t n, void *panel)
 {
 	const __m256i m32 = _mm256_set1_epi8(32);
-	const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
 	const uint8_t *sb = group;
 	uint8_t *pb = panel;
 
@@ -1263,8 +1256,7 @@ void pack_q6_k_x8_avx2(const void *group, int64_t n, void *panel)
 			q6_k_x8_regs(sb, g / 2, g % 2, v);
 			for (int q = 0; q < 4; q++)
 				_mm256_storeu_si256((__m256i *)(pb + 32 * (4 * g + q)), _mm256_sub_epi8(v[q], m32));
-			_mm_storeu_si128((__m128i *)(pb + 2048 + 16 * g),
-					 _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(sb + 16 + 8 * g)), dup));
+			_mm_storeu_si128((__m128i *)(pb + 2048 + 16 * g), q6_k_x8_scales2(sb, g));
 		}
 		_mm256_storeu_ps((float *)(pb + 2304), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)));
 	}

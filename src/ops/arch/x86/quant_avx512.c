@@ -618,17 +618,9 @@ static inline __attribute__((always_inline)) void gemv_k_x8_col(int64_t n, const
 	}
 }
 
-void gemv_q4_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++)
-		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 0);
-}
+OPS_X8_EACH_COL(gemv_q4_k_x8_avx512, gemv_k_x8_col, 0)
 
-void gemv_q5_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++)
-		gemv_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss, 1);
-}
+OPS_X8_EACH_COL(gemv_q5_k_x8_avx512, gemv_k_x8_col, 1)
 
 /* q6_k (ops_impl.h): per unit u (16-groups 2u, 2u + 1), two nibble chunks
  * and the top bits give 4 registers of values 0..63 whose lane 8p + r holds
@@ -684,8 +676,4 @@ static void gemv_q6_k_x8_col(int64_t n, const uint8_t *group, const struct blk_q
 		s[r] = f[r] + f[8 + r];
 }
 
-void gemv_q6_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++)
-		gemv_q6_k_x8_col(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss);
-}
+OPS_X8_EACH_COL(gemv_q6_k_x8_avx512, gemv_q6_k_x8_col)

@@ -108,4 +108,15 @@ static inline void panel_store(uint8_t *pb, const __m256i u[8], __m256 d, __m256
 	default: CALL(1); break;              \
 	}
 
+/* A group dot (ops_gemv_x8_fn) from a one-column kernel COL(n, group, y, s
+ * ...), run for each activation column in turn: the k-quant groups, whose
+ * per-column work already fills the registers. */
+#define OPS_X8_EACH_COL(NAME, COL, ...)                                                                      \
+	void NAME(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)       \
+	{                                                                                                    \
+		for (int c = 0; c < nc; c++)                                                                 \
+			COL(n, group, (const void *)((const char *)a + (size_t)c * as), s + (size_t)c * ss,  \
+			    ##__VA_ARGS__);                                                                  \
+	}
+
 #endif
