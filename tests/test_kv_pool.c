@@ -1596,6 +1596,130 @@ static void test_pos_forms(void **state)
 	kv_pool_free(pool);
 }
 
+/* Bitmap positions (KV_PAGE_POSBM): chosen only for q4/q2 pages whose
+ * bitmap is smaller than their positions; a bitmap page takes exactly
+ * base..base+64*words-1, gives every position back in order, drops the bits
+ * of slots past a lower fill, and a removal keeps its slots sorted and their
+ * rows and scores with them; kv_rows_sort sorts rows with their positions
+ * and scores; a copy (kv_pool_get_like) has the same shape. */
+static void test_pos_bitmap(void **state)
+{
+	struct tkv_alloc a = {0};
+	enum { P = 16, HD = 8, CAP = 64 };
+	struct kv_pool *pool = tu_kv_pool(0, P, KV_FMT_F16, &a);
+	struct kv_seq *s = tu_kv_seq(pool, 1, 1, HD, &a);
+	struct kv_stream *st = &s->streams[0];
+	float K[CAP * HD], V[CAP * HD], k[HD], v[HD];
+	int32_t pos[CAP], want[CAP];
+	uint16_t sc[CAP];
+	uint32_t idx[CAP], n = 40;
+	struct kv_page *pg, *cp;
+	int why = TKV_OK;
+
+	(void)state;
+	/* 64 slots over 500 positions: 8 words (64 bytes) against 128 */
+	assert_int_equal(kv_pos_form_cap(100, 599, 64, false, true), KV_PAGE_POSBM);
+	assert_int_equal(kv_pos_form_cap(100, 599, 64, false, false), 0);
+	assert_int_equal(kv_pos_form_cap(100, 599, 64, true, true), KV_PAGE_WIDE);
+	/* 64 slots over 64 positions: one word against 64 bytes of offsets */
+	assert_int_equal(kv_pos_form_cap(100, 163, 64, false, true), KV_PAGE_POSBM);
+	/* few slots over a wide span: 2 bytes each is less */
+	assert_int_equal(kv_pos_form_cap(0, 4000, 16, false, true), 0);
+	assert_int_equal(kv_pos_form_cap(0, 200, 4, false, true), KV_PAGE_POS8);
+	assert_int_equal(kv_pos_form_cap(KV_POS16_LIMIT - 10, KV_POS16_LIMIT + 500, 64, false, true), 0);
+
+	tu_rng_seed(21);
+	/* n rows at random distinct positions in 100..599, out of order */
+	for (uint32_t j = 0; j < n; j++) {
+		bool dup;
+
+		do {
+			pos[j] = 100 + (int32_t)(tu_rng_u32() % 500);
+			dup = false;
+			for (uint32_t i = 0; i < j; i++)
+				dup |= pos[i] == pos[j];
+		} while (dup);
+		sc[j] = kv_score_enc((float)pos[j]);
+		for (uint32_t c = 0; c < HD; c++) {
+			K[j * HD + c] = (float)pos[j] + 0.125f * (float)c;
+			V[j * HD + c] = -(float)pos[j] - 0.25f * (float)c;
+		}
+	}
+	kv_rows_sort(K, V, HD, pos, sc, n, idx);
+	for (uint32_t j = 0; j < n; j++) {
+		assert_true(j == 0 || pos[j - 1] < pos[j]);
+		assert_true(kv_score_dec(sc[j]) == kv_score_dec(kv_score_enc((float)pos[j])));
+		assert_true(K[j * HD + 3] == (float)pos[j] + 0.375f && V[j * HD + 1] == -(float)pos[j] - 0.25f);
+	}
+	pg = kv_pool_get_span(pool, HD, KV_FMT_Q4, CAP, KV_PAGE_POSBM, 100, 599, &why);
+	assert_non_null(pg);
+	assert_int_equal(pg->flags & KV_POS_FORMS, KV_PAGE_POSBM);
+	assert_int_equal(kv_page_bm_words(pg), 8);
+	assert_int_equal(pg->bytes, kv_page_bytes_bm(CAP, HD, KV_FMT_Q4, 8));
+	assert_true(pg->bytes + 64 <= kv_page_bytes(CAP, HD, KV_FMT_Q4));
+	assert_int_equal(kv_page_slot_meta(pg), 2);
+	assert_false(kv_page_takes_pos(pg, 99));
+	assert_true(kv_page_takes_pos(pg, 100) && kv_page_takes_pos(pg, 611));
+	assert_false(kv_page_takes_pos(pg, 612));
+	assert_false(kv_stream_takes(st, pg));
+	assert_true(kv_stream_tops_up(st, pg));
+	for (uint32_t j = 0; j < n; j++)
+		kv_slot_set_pos(pg, j, pos[j]);
+	memcpy(kv_page_scores(pg), sc, n * sizeof *sc);
+	kv_tier_pack(KV_FMT_Q4, pg->k, pg->v, CAP, HD, K, V, n);
+	assert_int_equal(kv_stream_add_page(s, st, pg), TKV_OK);
+	kv_stream_set_used(s, st, pg, n);
+	for (uint32_t j = 0; j < n; j++)
+		assert_int_equal(kv_slot_pos(pg, j), pos[j]);
+	tu_kv_check_acct(pool, &s, 1);
+
+	/* a copy has the same shape and, with the bytes copied, the same slots */
+	cp = kv_pool_get_like(pool, pg, &why);
+	assert_non_null(cp);
+	assert_int_equal(cp->bytes, pg->bytes);
+	assert_int_equal(cp->flags & KV_POS_FORMS, KV_PAGE_POSBM);
+	assert_int_equal(cp->pos_base, 100);
+	memcpy(cp->k, pg->k, pg->bytes - sizeof *pg);
+	kv_pool_set_used(pool, cp, n);
+	for (uint32_t j = 0; j < n; j++)
+		assert_int_equal(kv_slot_pos(cp, j), pos[j]);
+	/* a lower fill drops the bits of the slots past it */
+	kv_pool_set_used(pool, cp, 7);
+	for (uint32_t j = 0; j < 7; j++)
+		assert_int_equal(kv_slot_pos(cp, j), pos[j]);
+	{
+		uint32_t bits = 0;
+
+		for (uint32_t w = 0; w < kv_page_bm_words(cp); w++)
+			bits += (uint32_t)__builtin_popcountll(kv_page_bm(cp)[w]);
+		assert_int_equal(bits, 7);
+	}
+	kv_pool_put(pool, cp);
+
+	/* removals, from the middle, the front and the end: the rest stay in
+	 * order with their own rows and scores */
+	memcpy(want, pos, sizeof want);
+	for (uint32_t r = 0; r < 12; r++) {
+		uint32_t j = r % 3 == 0 ? 0 : r % 3 == 1 ? n - 1 : (uint32_t)(tu_rng_u32() % n);
+
+		kv_stream_remove_slot(s, st, 0, j);
+		memmove(want + j, want + j + 1, (n - j - 1) * sizeof *want);
+		n--;
+		assert_int_equal(pg->n_used, n);
+		for (uint32_t i = 0; i < n; i++) {
+			assert_int_equal(kv_slot_pos(pg, i), want[i]);
+			assert_true(kv_slot_score(pg, i) == kv_score_dec(kv_score_enc((float)want[i])));
+			kv_page_load_k(pg, i, k);
+			kv_page_load_v(pg, i, v);
+			/* q4 keys per channel over 500 positions: steps of 33 */
+			assert_true(fabsf(k[0] - (float)want[i]) <= 20.0f && fabsf(v[0] + (float)want[i]) <= 20.0f);
+		}
+		tu_kv_check_acct(pool, &s, 1);
+	}
+	kv_seq_free(s);
+	kv_pool_free(pool);
+}
+
 static int demote_some(struct kv_seq *s, struct kv_stream *st, uint32_t n, uint32_t fmt, uint32_t cap, int rot);
 
 /* Positions past 16 bits: a sequence that starts 12 positions short of
@@ -2129,6 +2253,7 @@ int main(void)
 		cmocka_unit_test(test_stream_compact_nomem),
 		cmocka_unit_test(test_score_codes),
 		cmocka_unit_test(test_pos_forms),
+		cmocka_unit_test(test_pos_bitmap),
 		cmocka_unit_test(test_positions_past_16_bits),
 		RANDOM_TEST("f16", 0),
 		RANDOM_TEST("f32", 1),

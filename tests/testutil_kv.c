@@ -95,7 +95,24 @@ void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n
 				const struct kv_page *pg = st->pages[p];
 
 				assert_true(pg->n_used <= pg->cap);
-				assert_int_equal(pg->bytes, kv_page_bytes_form(pg->cap, pg->head_dim, pg->fmt, pg->flags));
+				if (pg->flags & KV_PAGE_POSBM) {
+					const uint64_t *bm = kv_page_bm(pg);
+					uint32_t bits = 0;
+
+					/* bitmaps only on q4/q2 pages, sized by their span,
+					 * with a bit per slot and the slots in order */
+					assert_true(kv_fmt_packed(pg->fmt));
+					assert_int_equal(pg->bytes, kv_page_bytes_bm(pg->cap, pg->head_dim, pg->fmt,
+										     kv_page_bm_words(pg)));
+					for (uint32_t w = 0; w < kv_page_bm_words(pg); w++)
+						bits += (uint32_t)__builtin_popcountll(bm[w]);
+					assert_int_equal(bits, pg->n_used);
+					for (uint32_t k = 1; k < pg->n_used; k++)
+						assert_true(kv_slot_pos(pg, k - 1) < kv_slot_pos(pg, k));
+				} else {
+					assert_int_equal(pg->bytes,
+							 kv_page_bytes_form(pg->cap, pg->head_dim, pg->fmt, pg->flags));
+				}
 				allocated += pg->bytes;
 				used += share(pg->bytes, pg->n_used, pg->cap);
 				kvb += share(pg->kv_bytes, pg->n_used, pg->cap);

@@ -311,8 +311,13 @@ static int score_page(const struct kv_page *pg, uint32_t d, const float *q, cons
 
 		if (a->softcap > 0.0f)
 			softcap_page(logit + off, n, nq, pg->n_used, a->softcap);
-		for (uint32_t j = 0; j < pg->n_used && !a->unmasked; j++)
-			visible &= slot_visible(kv_slot_pos(pg, j), a);
+		if (a->unmasked || !pg->n_used)
+			;
+		else if (pg->flags & KV_PAGE_POSBM) /* sorted: the visible positions are a range */
+			visible = slot_visible(kv_slot_pos(pg, 0), a) && slot_visible(kv_slot_pos(pg, pg->n_used - 1), a);
+		else
+			for (uint32_t j = 0; j < pg->n_used; j++)
+				visible &= slot_visible(kv_slot_pos(pg, j), a);
 		if (visible && vmax) { /* decode: every slot is in the past */
 			for (uint32_t h = 0; h < nq; h++)
 				max[h] = vmax(logit + (size_t)h * n + off, pg->n_used, max[h]);

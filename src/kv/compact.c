@@ -49,16 +49,44 @@ static bool loose(const struct kv_stream *st, const struct kv_page *pg)
  * bits); packed ones re-pack b with its slots and the new ones (K and V:
  * scratch for b->cap rows) on b's grid where it covers them, as when the
  * policy tops a page up. */
+/* Scratch of in-place packing: rows of the largest page, and for a bitmap
+ * page their positions, score codes and sort indices. */
+struct pack_buf {
+	float *K, *V;
+	int32_t *pos;
+	uint16_t *score;
+	uint32_t *idx;
+};
+
 static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a, struct kv_page *b, uint32_t m,
-		       float *K, float *V)
+		       const struct pack_buf *pb)
 {
 	uint32_t d = s->head_dim, na = a->n_used - m, nb = b->n_used;
+	float *K = pb->K, *V = pb->V;
 
 	if (kv_fmt_packed(b->fmt)) {
 		kv_tier_load_k_slots(b->fmt, b->k, b->cap, d, 0, nb, K);
 		kv_tier_load_v_slots(b->fmt, b->v, b->cap, d, 0, nb, V);
 		kv_tier_load_k_slots(a->fmt, a->k, a->cap, d, na, m, K + (size_t)nb * d);
 		kv_tier_load_v_slots(a->fmt, a->v, a->cap, d, na, m, V + (size_t)nb * d);
+		if (b->flags & KV_PAGE_POSBM) {
+			/* b stays sorted: its slots and the new ones, by position */
+			for (uint32_t j = 0; j < nb; j++)
+				pb->pos[j] = kv_slot_pos(b, j);
+			for (uint32_t j = 0; j < m; j++)
+				pb->pos[nb + j] = kv_slot_pos(a, na + j);
+			memcpy(pb->score, kv_page_scores(b), nb * sizeof *pb->score);
+			memcpy(pb->score + nb, kv_page_scores(a) + na, m * sizeof *pb->score);
+			kv_rows_sort(K, V, d, pb->pos, pb->score, nb + m, pb->idx);
+			kv_page_clear_pos(b);
+			for (uint32_t j = 0; j < nb + m; j++)
+				kv_slot_set_pos(b, j, pb->pos[j]);
+			memcpy(kv_page_scores(b), pb->score, (nb + m) * sizeof *pb->score);
+			kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
+			kv_stream_set_used(s, st, b, nb + m);
+			kv_stream_set_used(s, st, a, na);
+			return;
+		}
 		kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
 	} else {
 		float k[KV_MAX_HEAD_DIM], v[KV_MAX_HEAD_DIM];
@@ -89,7 +117,7 @@ static bool takes_last(const struct kv_page *b, const struct kv_page *a)
 static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_t rot, struct compact_cost *cc)
 {
 	uint32_t d = s->head_dim, cap_max = 0, n_partial = 0;
-	float *K = NULL, *V = NULL;
+	struct pack_buf pb = { NULL, NULL, NULL, NULL, NULL };
 	int rc = TKV_OK;
 
 	for (uint32_t i = 0; i < st->n_pages && n_partial < 2; i++)
@@ -102,9 +130,12 @@ static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, u
 				cap_max = st->pages[i]->cap;
 		if (!cap_max)
 			return TKV_OK;
-		K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
-		if (!K || !V) {
+		pb.K = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+		pb.V = tkv_malloc(s->alloc, (size_t)cap_max * d * sizeof(float));
+		pb.pos = tkv_malloc(s->alloc, (size_t)cap_max * sizeof *pb.pos);
+		pb.score = tkv_malloc(s->alloc, (size_t)cap_max * sizeof *pb.score);
+		pb.idx = tkv_malloc(s->alloc, (size_t)cap_max * sizeof *pb.idx);
+		if (!pb.K || !pb.V || !pb.pos || !pb.score || !pb.idx) {
 			rc = TKV_ERR_NOMEM;
 			goto out;
 		}
@@ -132,13 +163,16 @@ static int pack_in_place(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, u
 		if (!a)
 			break;
 		m = a->n_used < b->cap - b->n_used ? a->n_used : b->cap - b->n_used;
-		move_slots(s, st, a, b, m, K, V);
+		move_slots(s, st, a, b, m, &pb);
 		cc->slots += m;
 		cc->bytes += kv_page_share(b, m);
 	}
 out:
-	tkv_free(s->alloc, V);
-	tkv_free(s->alloc, K);
+	tkv_free(s->alloc, pb.idx);
+	tkv_free(s->alloc, pb.score);
+	tkv_free(s->alloc, pb.pos);
+	tkv_free(s->alloc, pb.V);
+	tkv_free(s->alloc, pb.K);
 	return rc;
 }
 
@@ -194,6 +228,7 @@ struct rebuild_buf {
 	int32_t *pos;             /* (T) */
 	uint32_t *order;          /* [n_loose] the loose pages' indices, by their least position */
 	uint32_t n_order;
+	uint32_t *idx;            /* (T) sort indices for bitmap pages */
 };
 
 static int buf_init(struct kv_seq *s, struct rebuild_buf *b, uint32_t n_new, uint32_t n_loose, uint32_t T)
@@ -207,11 +242,14 @@ static int buf_init(struct kv_seq *s, struct rebuild_buf *b, uint32_t n_new, uin
 	b->score = tkv_malloc(s->alloc, (size_t)T * sizeof *b->score);
 	b->src = tkv_malloc(s->alloc, (size_t)n_loose * sizeof *b->src);
 	b->order = tkv_malloc(s->alloc, (size_t)n_loose * sizeof *b->order);
-	return b->fresh && b->K && b->V && b->pos && b->score && b->src && b->order ? TKV_OK : TKV_ERR_NOMEM;
+	b->idx = tkv_malloc(s->alloc, (size_t)T * sizeof *b->idx);
+	return b->fresh && b->K && b->V && b->pos && b->score && b->src && b->order && b->idx ? TKV_OK
+												  : TKV_ERR_NOMEM;
 }
 
 static void buf_free(struct kv_seq *s, struct rebuild_buf *b)
 {
+	tkv_free(s->alloc, b->idx);
 	tkv_free(s->alloc, b->order);
 	tkv_free(s->alloc, b->src);
 	tkv_free(s->alloc, b->score);
@@ -275,8 +313,8 @@ static struct kv_page *fresh_page(struct kv_seq *s, const struct kv_stream *st, 
 		hi = pos[j] > hi ? pos[j] : hi;
 	}
 	if (n && (n == cap || fmt != st->hot_fmt || (rot & KV_PAGE_ROT)))
-		form = kv_pos_form(lo, hi, form != 0);
-	return kv_pool_get_form(s->pool, s->head_dim, fmt, cap, form, lo, why);
+		form = kv_pos_form_cap(lo, hi, cap, form != 0, kv_fmt_packed(fmt));
+	return kv_pool_get_span(s->pool, s->head_dim, fmt, cap, form, lo, hi, why);
 }
 
 /* Gathers the group's slots (in plan_order's order, whose positions b->pos
@@ -308,7 +346,7 @@ static void fill(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, const struc
 		 uint32_t t, uint32_t n)
 {
 	uint32_t d = s->head_dim;
-	const float *K = b->K + (size_t)t * d, *V = b->V + (size_t)t * d;
+	float *K = b->K + (size_t)t * d, *V = b->V + (size_t)t * d;
 
 	if (kv_fmt_packed(fmt)) {
 		const struct kv_page *donor = NULL;
@@ -324,6 +362,10 @@ static void fill(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, const struc
 				donor = r->pg;
 			}
 		}
+		/* a bitmap page keeps its slots sorted (the same slots: the donor
+		 * stands) */
+		if (pg->flags & KV_PAGE_POSBM)
+			kv_rows_sort(K, V, d, b->pos + t, b->score + t, n, b->idx);
 		if (donor) {
 			kv_tier_copy_params(fmt, pg->k, pg->v, donor->k, donor->v, d);
 			kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n);
@@ -347,7 +389,7 @@ static int rebuild(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, uint32_
 {
 	struct group g = measure(st, fmt, rot);
 	uint32_t M = full_cap(st, fmt), n_new = g.T / M + (g.T % M != 0), got = 0, n_src, t = 0;
-	struct rebuild_buf b = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0 };
+	struct rebuild_buf b = { NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL };
 	int why = TKV_OK;
 
 	/* worth it when the empty slots pass a share of what the stream holds,

@@ -793,6 +793,50 @@ static uint32_t top_up_rows(struct kv_seq *s, struct kv_stream *st, uint32_t fmt
 	return done;
 }
 
+/* Re-packs bitmap page pg (KV_PAGE_POSBM) with its slots and moved slots
+ * mv[0, add), all sorted by position (K and V: scratch for a page). False
+ * when scratch cannot be had (nothing changed then). */
+static bool top_up_sorted(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, bool rot, struct moved *mv,
+			  uint32_t add, float *K, float *V)
+{
+	uint32_t d = s->head_dim, n = pg->n_used, t = n + add;
+	int32_t *pos = tkv_malloc(s->alloc, (size_t)t * sizeof *pos);
+	uint16_t *sc = tkv_malloc(s->alloc, (size_t)t * sizeof *sc);
+	uint32_t *idx = tkv_malloc(s->alloc, (size_t)t * sizeof *idx);
+	bool ok = pos && sc && idx;
+
+	if (ok) {
+		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K);
+		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V);
+		for (uint32_t j = 0; j < n; j++) {
+			pos[j] = kv_slot_pos(pg, j);
+			sc[j] = kv_page_scores(pg)[j];
+		}
+		for (uint32_t j = 0; j < add; j++) {
+			const struct moved *m = &mv[j];
+
+			memcpy(K + (size_t)(n + j) * d, m->k, d * sizeof(float));
+			memcpy(V + (size_t)(n + j) * d, m->v, d * sizeof(float));
+			if (rot) {
+				kv_rotate(K + (size_t)(n + j) * d, d);
+				kv_rotate(V + (size_t)(n + j) * d, d);
+			}
+			pos[n + j] = m->pos;
+			sc[n + j] = kv_score_enc(m->score);
+		}
+		kv_rows_sort(K, V, d, pos, sc, t, idx);
+		kv_page_clear_pos(pg);
+		for (uint32_t j = 0; j < t; j++)
+			kv_slot_set_pos(pg, j, pos[j]);
+		memcpy(kv_page_scores(pg), sc, t * sizeof *sc);
+		kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, t);
+	}
+	tkv_free(s->alloc, idx);
+	tkv_free(s->alloc, sc);
+	tkv_free(s->alloc, pos);
+	return ok;
+}
+
 /* Moved slots into one partial page of a packed format, re-packed with them
  * (its slots keep their codes where its grid covers the new ones; K and V:
  * scratch for a page). Returns how many landed. */
@@ -812,6 +856,12 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 			;
 		if (add == 0)
 			continue;
+		if (pg->flags & KV_PAGE_POSBM) {
+			if (!top_up_sorted(s, pg, fmt, rot, mv, add, K, V))
+				continue;
+			kv_stream_set_used(s, st, pg, n + add);
+			return add;
+		}
 		for (uint32_t j = 0; j < n; j++) {
 			kv_tier_load_k(fmt, pg->k, pg->cap, d, j, K + (size_t)j * d);
 			kv_tier_load_v(fmt, pg->v, pg->cap, d, j, V + (size_t)j * d);

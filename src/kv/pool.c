@@ -39,29 +39,38 @@ struct page_layout {
 	size_t v, meta, end;
 };
 
-static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form)
+/* words: a bitmap page's bitmap (form KV_PAGE_POSBM), which ends it. */
+static struct page_layout layout(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form, uint32_t words)
 {
 	struct page_layout l;
 
 	l.v = ROUND_UP(sizeof(struct kv_page) + kv_tier_k_bytes(fmt, cap, head_dim), KV_DATA_ALIGN);
 	l.meta = ROUND_UP(l.v + kv_tier_v_bytes(fmt, cap, head_dim), KV_META_ALIGN);
-	l.end = ROUND_UP(l.meta + kv_meta_pos_off(cap) + (size_t)cap * kv_pos_bytes(form), KV_META_ALIGN);
+	if (form & KV_PAGE_POSBM)
+		l.end = kv_bm_off(l.meta, cap) + (size_t)words * sizeof(uint64_t);
+	else
+		l.end = ROUND_UP(l.meta + kv_meta_pos_off(cap) + (size_t)cap * kv_pos_bytes(form), KV_META_ALIGN);
 	return l;
 }
 
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt)
 {
-	return layout(cap, head_dim, fmt, 0).end;
+	return layout(cap, head_dim, fmt, 0, 0).end;
 }
 
 size_t kv_page_bytes_width(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide)
 {
-	return layout(cap, head_dim, fmt, wide ? KV_PAGE_WIDE : 0).end;
+	return layout(cap, head_dim, fmt, wide ? KV_PAGE_WIDE : 0, 0).end;
 }
 
 size_t kv_page_bytes_form(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form)
 {
-	return layout(cap, head_dim, fmt, form & KV_POS_FORMS).end;
+	return layout(cap, head_dim, fmt, form & KV_POS_FORMS & ~(uint32_t)KV_PAGE_POSBM, 0).end;
+}
+
+size_t kv_page_bytes_bm(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t words)
+{
+	return layout(cap, head_dim, fmt, KV_PAGE_POSBM, words).end;
 }
 
 int kv_pool_init(struct kv_pool **out, const struct kv_pool_params *p, struct tkv_alloc *a,
@@ -132,10 +141,12 @@ struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t
 	return kv_pool_get_form(p, head_dim, fmt, cap, wide ? KV_PAGE_WIDE : 0, 0, why);
 }
 
-struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
-				 int32_t pos_base, int *why)
+/* A new page of position form `form` (a bitmap of `words` words with
+ * KV_PAGE_POSBM). */
+static struct kv_page *get_page(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
+				int32_t pos_base, uint32_t words, int *why)
 {
-	struct page_layout lay = layout(cap, head_dim, fmt, form & KV_POS_FORMS);
+	struct page_layout lay = layout(cap, head_dim, fmt, form & KV_POS_FORMS, words);
 	size_t bytes = lay.end;
 	struct kv_page *pg;
 	unsigned char *base;
@@ -163,7 +174,7 @@ struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t 
 	memset(pg, 0, sizeof *pg);
 	pg->fmt = (uint8_t)fmt;
 	pg->flags = (uint8_t)(form & KV_POS_FORMS);
-	pg->pos_base = form & KV_PAGE_POS8 ? (uint16_t)pos_base : 0;
+	pg->pos_base = form & (KV_PAGE_POS8 | KV_PAGE_POSBM) ? (uint16_t)pos_base : 0;
 	pg->refs = 1;
 	pg->cap = (uint16_t)cap;
 	pg->head_dim = (uint16_t)head_dim;
@@ -180,7 +191,29 @@ struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t 
 	p->st.fixed_bytes += kv_page_fixed(pg);
 	p->st.pages_allocated++;
 	pthread_mutex_unlock(&p->lock);
+	kv_page_clear_pos(pg);
 	return pg;
+}
+
+struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
+				 int32_t pos_base, int *why)
+{
+	/* a bitmap needs its span: kv_pool_get_span */
+	return get_page(p, head_dim, fmt, cap, form & ~(uint32_t)KV_PAGE_POSBM, pos_base, 0, why);
+}
+
+struct kv_page *kv_pool_get_span(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
+				 int32_t lo, int32_t hi, int *why)
+{
+	if (form & KV_PAGE_POSBM)
+		return get_page(p, head_dim, fmt, cap, form, lo, kv_bm_words(lo, hi), why);
+	return get_page(p, head_dim, fmt, cap, form, lo, 0, why);
+}
+
+struct kv_page *kv_pool_get_like(struct kv_pool *p, const struct kv_page *src, int *why)
+{
+	return get_page(p, src->head_dim, src->fmt, src->cap, src->flags & KV_POS_FORMS, src->pos_base,
+			src->flags & KV_PAGE_POSBM ? kv_page_bm_words(src) : 0, why);
 }
 
 static void set_used_locked(struct kv_pool *p, struct kv_page *pg, uint32_t n)
@@ -195,6 +228,8 @@ static void set_used_locked(struct kv_pool *p, struct kv_page *pg, uint32_t n)
 	p->st.fmt_slots[pg->fmt] += n;
 	p->st.meta_bytes -= (size_t)pg->n_used * kv_page_slot_meta(pg);
 	p->st.meta_bytes += (size_t)n * kv_page_slot_meta(pg);
+	if ((pg->flags & KV_PAGE_POSBM) && n < pg->n_used)
+		kv_page_bm_trim(pg, n);
 	pg->n_used = (uint16_t)n;
 }
 

@@ -15,11 +15,18 @@
  *                              KV_PAGE_POS8  uint8_t offsets from pos_base
  *                              (neither)     uint16_t
  *                              KV_PAGE_WIDE  int32_t
+ *                            or, in a page of form KV_PAGE_POSBM, instead:
+ *   bits[words]              uint64_t, at an 8-byte boundary, ending the page:
+ *                            bit i set when a slot is at position pos_base + i;
+ *                            slot j is at the j-th set bit (slots in position
+ *                            order), exactly n_used bits set
  *
  * Metadata is 3 bytes a slot with offsets (4 with uint16_t positions, 6 in a
- * wide page) and 32 bytes a page. Slot positions go through kv_slot_pos /
- * kv_slot_set_pos and scores through kv_slot_score / kv_slot_set_score,
- * never through the arrays directly.
+ * wide page) and 32 bytes a page; a bitmap page has 2 bytes a slot (the
+ * score) and a bit per position its range spans, counted with the header
+ * (kv_page_fixed). Slot positions go through kv_slot_pos / kv_slot_set_pos
+ * and scores through kv_slot_score / kv_slot_set_score, never through the
+ * arrays directly.
  *
  * Positions: the form is fixed when a page is made (kv_pool_get_form) and
  * says which positions it takes (kv_page_takes_pos): an offset page
@@ -30,6 +37,15 @@
  * narrow, and a stream whose sequence passes KV_POS16_LIMIT takes wide pages
  * from then on (seq.h). A position is never rounded: masks and RoPE see the
  * one the token had.
+ *
+ * Bitmaps (KV_PAGE_POSBM) are for q4/q2 pages (kv_fmt_packed), which are
+ * always written whole (kv_tier_pack / kv_tier_repack): whoever writes one
+ * sorts its slots by position first and sets their positions in that order
+ * (kv_page_sort_rows in seq.h); a removal moves the later slots down
+ * (kv_stream_remove_slot) instead of moving the last one into the hole. A
+ * page takes the form when its bitmap is smaller than its positions would
+ * be (kv_pos_form_cap): a cold page of 64 slots spread over 500 positions
+ * keeps them in 64 bytes instead of 128.
  *
  * Scores: an unsigned 16-bit float, 6 bits of exponent and 10 of mantissa,
  * i.e. log-scaled in octaves from 2^-32 to 2^32 with 1024 linear steps in
@@ -74,11 +90,12 @@ enum kv_page_flags {
 	KV_PAGE_DIRTY = 4,   /* a slot was rewritten in place (no longer pristine) */
 	KV_PAGE_WIDE = 8,    /* positions are int32_t (else uint16_t, below KV_POS16_LIMIT) */
 	KV_PAGE_POS8 = 16,   /* positions are uint8_t offsets from pos_base */
+	KV_PAGE_POSBM = 32,  /* positions are a bitmap from pos_base (slots sorted) */
 };
 
 /* The bits of a page's flags that say how it stores positions: its position
  * form, fixed when the page is made (kv_pool_get_form). */
-#define KV_POS_FORMS (KV_PAGE_WIDE | KV_PAGE_POS8)
+#define KV_POS_FORMS (KV_PAGE_WIDE | KV_PAGE_POS8 | KV_PAGE_POSBM)
 
 /* Positions a narrow page can hold: 0..KV_POS16_LIMIT-1. */
 #define KV_POS16_LIMIT 65536
@@ -97,7 +114,7 @@ struct kv_page {
 	uint16_t cap;        /* slots in this page, 1..KV_PAGE_MAX_CAP */
 	uint16_t n_used;     /* slots filled, 0..n_used-1 */
 	uint16_t head_dim;   /* at most KV_MAX_HEAD_DIM */
-	uint16_t pos_base;   /* KV_PAGE_POS8: what the offsets count from */
+	uint16_t pos_base;   /* KV_PAGE_POS8 / POSBM: what the offsets / bits count from */
 	uint32_t meta_off;   /* offset of pos[cap] from the page's start; score[cap] follows */
 	_Alignas(32) unsigned char k[]; /* K region */
 };
@@ -147,9 +164,12 @@ void kv_pool_free(struct kv_pool *p);
  * positions) / its K+V regions. */
 size_t kv_page_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
 size_t kv_page_bytes_width(uint32_t cap, uint32_t head_dim, uint32_t fmt, bool wide);
-/* ... with positions of form `form` (KV_POS_FORMS bits; kv_pos_form). */
+/* ... with positions of form `form` (KV_POS_FORMS bits; kv_pos_form; a bitmap:
+ * kv_page_bytes_bm). */
 size_t kv_page_bytes_form(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t form);
 size_t kv_page_kv_bytes(uint32_t cap, uint32_t head_dim, uint32_t fmt);
+/* ... of a page whose positions are a bitmap of `words` words (KV_PAGE_POSBM). */
+size_t kv_page_bytes_bm(uint32_t cap, uint32_t head_dim, uint32_t fmt, uint32_t words);
 
 /* floor(bytes * n / cap) for n <= cap, exact in ISO C integers: with
  * bytes = q * cap + r, it is q * n + r * n / cap, and r * n < cap^2 <= 2^64. */
@@ -179,6 +199,15 @@ struct kv_page *kv_pool_get_width(struct kv_pool *p, uint32_t head_dim, uint32_t
  * KV_POS16_LIMIT). */
 struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
 				 int32_t base, int *why);
+/* The same for slots at positions lo..hi (lo <= hi) in a page of position
+ * form `form`: with KV_PAGE_POSBM the bitmap spans lo..hi rounded up to
+ * 64 positions (lo below KV_POS16_LIMIT), otherwise as kv_pool_get_form
+ * with base lo. */
+struct kv_page *kv_pool_get_span(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
+				 int32_t lo, int32_t hi, int *why);
+/* A new empty page of the same shape as src: format, cap, position form
+ * and range, and bytes (for copies of it). */
+struct kv_page *kv_pool_get_like(struct kv_pool *p, const struct kv_page *src, int *why);
 /* Returns a page (may be NULL) whatever its holders. */
 void kv_pool_put(struct kv_pool *p, struct kv_page *pg);
 /* Drops one holder; the last one returns the page. Holders are counted by the
@@ -225,10 +254,52 @@ static inline bool kv_page_wide(const struct kv_page *pg)
 	return (pg->flags & KV_PAGE_WIDE) != 0;
 }
 
-/* Bytes of one position in a page of position form `form` (KV_POS_FORMS bits). */
+/* Bytes of one position in a page of position form `form` (KV_POS_FORMS bits;
+ * a bitmap has none per slot). */
 static inline uint32_t kv_pos_bytes(uint32_t form)
 {
-	return form & KV_PAGE_WIDE ? 4 : form & KV_PAGE_POS8 ? 1 : 2;
+	return form & KV_PAGE_WIDE ? 4 : form & KV_PAGE_POS8 ? 1 : form & KV_PAGE_POSBM ? 0 : 2;
+}
+
+/* 64-bit words of the bitmap of positions lo..hi (lo <= hi). */
+static inline uint32_t kv_bm_words(int32_t lo, int32_t hi)
+{
+	return (uint32_t)((hi - lo) / 64 + 1);
+}
+
+/* Offset of a bitmap page's bitmap from the page's start: past the score
+ * codes, at an 8-byte boundary (meta_off: where the codes start). */
+static inline size_t kv_bm_off(size_t meta_off, uint32_t cap)
+{
+	return (meta_off + (size_t)cap * sizeof(uint16_t) + 7) & ~(size_t)7;
+}
+
+static inline uint64_t *kv_page_bm(const struct kv_page *pg)
+{
+	return (uint64_t *)(void *)((unsigned char *)pg + kv_bm_off(pg->meta_off, pg->cap));
+}
+
+/* Words of a bitmap page's bitmap: it ends the page. */
+static inline uint32_t kv_page_bm_words(const struct kv_page *pg)
+{
+	return (uint32_t)((pg->bytes - kv_bm_off(pg->meta_off, pg->cap)) / sizeof(uint64_t));
+}
+
+/* Index of the j-th set bit (from 0) of a bitmap that has more than j. */
+static inline uint32_t kv_bm_select(const uint64_t *w, uint32_t j)
+{
+	for (uint32_t i = 0;; i++) {
+		uint32_t c = (uint32_t)__builtin_popcountll(w[i]);
+
+		if (j < c) {
+			uint64_t x = w[i];
+
+			while (j--)
+				x &= x - 1;
+			return i * 64 + (uint32_t)__builtin_ctzll(x);
+		}
+		j -= c;
+	}
 }
 
 /* Offset of the positions from the score codes (which start the metadata):
@@ -248,12 +319,29 @@ static inline uint32_t kv_pos_form(int32_t lo, int32_t hi, bool wide)
 	return hi - lo < 256 && lo >= 0 && hi < KV_POS16_LIMIT ? KV_PAGE_POS8 : 0;
 }
 
+/* The cheapest position form for a page of cap slots at positions lo..hi
+ * (lo <= hi) in a stream that is wide or not: kv_pos_form, or a bitmap when
+ * the page keeps its slots sorted (`sorted`: q4/q2 pages) and the bitmap,
+ * with its alignment, takes fewer bytes than cap positions would. */
+static inline uint32_t kv_pos_form_cap(int32_t lo, int32_t hi, uint32_t cap, bool wide, bool sorted)
+{
+	uint32_t form = kv_pos_form(lo, hi, wide);
+
+	if (sorted && !wide && lo >= 0 && hi < KV_POS16_LIMIT &&
+	    (size_t)kv_bm_words(lo, hi) * sizeof(uint64_t) + 6 < (size_t)cap * kv_pos_bytes(form))
+		return KV_PAGE_POSBM;
+	return form;
+}
+
 /* Whether a page's position form holds pos (any filled slot may be anywhere
- * in its range: ranges are fixed when the page is made). */
+ * in its range: ranges are fixed when the page is made; a bitmap page's
+ * slots must stay sorted too, which its writers see to). */
 static inline bool kv_page_takes_pos(const struct kv_page *pg, int32_t pos)
 {
 	if (pg->flags & KV_PAGE_WIDE)
 		return true;
+	if (pg->flags & KV_PAGE_POSBM)
+		return pos >= (int32_t)pg->pos_base && pos - (int32_t)pg->pos_base < 64 * (int32_t)kv_page_bm_words(pg);
 	if (pg->flags & KV_PAGE_POS8)
 		return pos >= (int32_t)pg->pos_base && pos - (int32_t)pg->pos_base < 256;
 	return pos >= 0 && pos < KV_POS16_LIMIT;
@@ -263,22 +351,69 @@ static inline int32_t kv_slot_pos(const struct kv_page *pg, uint32_t j)
 {
 	const unsigned char *m = (const unsigned char *)pg + pg->meta_off + kv_meta_pos_off(pg->cap);
 
+	if (pg->flags & KV_PAGE_POSBM)
+		return (int32_t)pg->pos_base + (int32_t)kv_bm_select(kv_page_bm(pg), j);
 	if (pg->flags & KV_PAGE_POS8)
 		return (int32_t)pg->pos_base + m[j];
 	return kv_page_wide(pg) ? ((const int32_t *)(const void *)m)[j] : ((const uint16_t *)(const void *)m)[j];
 }
 
-/* pos must be one kv_page_takes_pos(pg, pos) holds. */
+/* pos must be one kv_page_takes_pos(pg, pos) holds. In a bitmap page it
+ * sets pos's bit, so slot j gets pos only when slots 0..j-1 have theirs, all
+ * below it, and no bit above it is set: its writers set a page's positions
+ * in order after kv_page_clear_pos. */
 static inline void kv_slot_set_pos(struct kv_page *pg, uint32_t j, int32_t pos)
 {
 	unsigned char *m = (unsigned char *)pg + pg->meta_off + kv_meta_pos_off(pg->cap);
 
-	if (pg->flags & KV_PAGE_POS8)
+	if (pg->flags & KV_PAGE_POSBM) {
+		uint32_t i = (uint32_t)(pos - (int32_t)pg->pos_base);
+
+		(void)j;
+		kv_page_bm(pg)[i / 64] |= (uint64_t)1 << (i % 64);
+	} else if (pg->flags & KV_PAGE_POS8)
 		m[j] = (uint8_t)(pos - (int32_t)pg->pos_base);
 	else if (kv_page_wide(pg))
 		((int32_t *)(void *)m)[j] = pos;
 	else
 		((uint16_t *)(void *)m)[j] = (uint16_t)pos;
+}
+
+/* Clears a bitmap page's positions (nothing for other forms), before its
+ * writer sets them again in order. */
+static inline void kv_page_clear_pos(struct kv_page *pg)
+{
+	if (pg->flags & KV_PAGE_POSBM)
+		memset(kv_page_bm(pg), 0, (size_t)kv_page_bm_words(pg) * sizeof(uint64_t));
+}
+
+/* Clears the bits of slots n.. of a bitmap page (those past its new fill). */
+static inline void kv_page_bm_trim(struct kv_page *pg, uint32_t n)
+{
+	uint64_t *w = kv_page_bm(pg);
+	uint32_t words = kv_page_bm_words(pg), set = 0, i;
+
+	for (i = 0; i < words; i++) {
+		uint32_t c = (uint32_t)__builtin_popcountll(w[i]);
+
+		if (set + c > n)
+			break;
+		set += c;
+	}
+	if (i == words)
+		return;
+	/* keep the lowest n - set bits of word i, clear the rest */
+	{
+		uint64_t x = w[i], keep = 0;
+
+		for (uint32_t k = set; k < n; k++) {
+			keep |= x & (~x + 1);
+			x &= x - 1;
+		}
+		w[i] = keep;
+	}
+	for (i++; i < words; i++)
+		w[i] = 0;
 }
 
 /* The score codes of a page: [cap], at the start of the metadata. */
@@ -303,7 +438,8 @@ static inline uint32_t kv_page_slot_meta(const struct kv_page *pg)
 	return kv_pos_bytes(pg->flags) + (uint32_t)sizeof(uint16_t);
 }
 
-/* A page's bytes no slot owns: its header and alignment padding. */
+/* A page's bytes no slot owns: its header, alignment padding and position
+ * bitmap. */
 static inline size_t kv_page_fixed(const struct kv_page *pg)
 {
 	return pg->bytes - pg->kv_bytes - (size_t)pg->cap * kv_page_slot_meta(pg);
@@ -311,7 +447,8 @@ static inline size_t kv_page_fixed(const struct kv_page *pg)
 
 /* Copies the positions and scores of n slots from src (from slot sj) to dst
  * (from slot dj); scores keep their codes. dst must take the positions
- * (kv_page_takes_pos). */
+ * (kv_page_takes_pos), and a bitmap dst only at its end, above its slots'
+ * positions, in order (kv_slot_set_pos). */
 static inline void kv_slot_copy(struct kv_page *dst, uint32_t dj, const struct kv_page *src, uint32_t sj, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)

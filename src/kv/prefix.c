@@ -332,7 +332,7 @@ int kv_stream_cow(struct kv_seq *s, struct kv_stream *st, uint32_t i)
 	struct kv_page *old = st->pages[i], *pg;
 	int why;
 
-	pg = kv_pool_get_form(s->pool, old->head_dim, old->fmt, old->cap, old->flags, old->pos_base, &why);
+	pg = kv_pool_get_like(s->pool, old, &why);
 	if (!pg)
 		return why;
 	/* same shape, same layout: copy everything after the header */

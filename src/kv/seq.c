@@ -128,7 +128,8 @@ struct kv_page *kv_stream_new_page(struct kv_seq *s, const struct kv_stream *st,
 struct kv_page *kv_stream_new_page_for(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
 				       int32_t lo, int32_t hi, int *why)
 {
-	return kv_pool_get_form(s->pool, s->head_dim, fmt, cap, kv_pos_form(lo, hi, st->wide), lo, why);
+	return kv_pool_get_span(s->pool, s->head_dim, fmt, cap, kv_pos_form_cap(lo, hi, cap, st->wide, kv_fmt_packed(fmt)),
+				lo, hi, why);
 }
 
 /* Free slots and the tail of st's hot pages, counted again (after the hot
@@ -211,13 +212,62 @@ void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, u
 	struct kv_page *pg = st->pages[i];
 	uint32_t last = pg->n_used - 1;
 
-	if (j != last) {
+	if (pg->flags & KV_PAGE_POSBM) {
+		uint32_t b = (uint32_t)(kv_slot_pos(pg, j) - (int32_t)pg->pos_base);
+		uint16_t *sc = kv_page_scores(pg);
+
+		/* its bit goes; the later slots move down and keep theirs */
+		kv_page_bm(pg)[b / 64] &= ~((uint64_t)1 << (b % 64));
+		for (uint32_t t = j; t < last; t++)
+			kv_tier_move(pg->fmt, pg->k, pg->v, pg->cap, pg->head_dim, t, t + 1);
+		memmove(sc + j, sc + j + 1, (last - j) * sizeof *sc);
+	} else if (j != last) {
 		kv_tier_move(pg->fmt, pg->k, pg->v, pg->cap, pg->head_dim, j, last);
 		kv_slot_copy(pg, j, pg, last, 1);
 	}
 	kv_stream_set_used(s, st, pg, last);
 	if (is_hot(st, pg) && st->tail == KV_NO_PAGE)
 		st->tail = i;
+}
+
+void kv_rows_sort(float *K, float *V, uint32_t d, int32_t *pos, uint16_t *score, uint32_t n, uint32_t *idx)
+{
+	float tk[KV_MAX_HEAD_DIM], tv[KV_MAX_HEAD_DIM];
+
+	/* insertion sort of indices: rows come mostly in order */
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t j = i;
+
+		for (; j > 0 && pos[idx[j - 1]] > pos[i]; j--)
+			idx[j] = idx[j - 1];
+		idx[j] = i;
+	}
+	/* row i takes row idx[i]: follow each cycle once (idx[i] = i marks done) */
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t j = i;
+		int32_t p0 = pos[i];
+		uint16_t s0 = score[i];
+
+		if (idx[i] == i)
+			continue;
+		memcpy(tk, K + (size_t)i * d, d * sizeof *tk);
+		memcpy(tv, V + (size_t)i * d, d * sizeof *tv);
+		while (idx[j] != i) {
+			uint32_t from = idx[j];
+
+			memcpy(K + (size_t)j * d, K + (size_t)from * d, d * sizeof *K);
+			memcpy(V + (size_t)j * d, V + (size_t)from * d, d * sizeof *V);
+			pos[j] = pos[from];
+			score[j] = score[from];
+			idx[j] = j;
+			j = from;
+		}
+		memcpy(K + (size_t)j * d, tk, d * sizeof *tk);
+		memcpy(V + (size_t)j * d, tv, d * sizeof *tv);
+		pos[j] = p0;
+		score[j] = s0;
+		idx[j] = j;
+	}
 }
 
 void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
@@ -452,7 +502,7 @@ void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d)
  * fill; NULL with *why set when the pool refuses. */
 static struct kv_page *page_copy(struct kv_pool *p, const struct kv_page *src, int *why)
 {
-	struct kv_page *pg = kv_pool_get_form(p, src->head_dim, src->fmt, src->cap, src->flags, src->pos_base, why);
+	struct kv_page *pg = kv_pool_get_like(p, src, why);
 
 	if (!pg)
 		return NULL;

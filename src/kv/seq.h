@@ -132,26 +132,28 @@ void kv_stream_see_key(struct kv_stream *st, const float *k, uint32_t d);
 
 /* Whether page pg of stream st may take more slots at any position the
  * stream holds: a wide page, or a narrow one before the stream went wide;
- * never a page of position offsets (it takes only its range: the policy's
- * top-ups check each position, kv_page_takes_pos), so new tokens and shared
- * slots never go there. */
+ * never a page of position offsets or a bitmap (it takes only its range: the
+ * policy's top-ups check each position, kv_page_takes_pos), so new tokens
+ * and shared slots never go there. */
 static inline bool kv_stream_takes(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return (!st->wide || kv_page_wide(pg)) && !(pg->flags & KV_PAGE_POS8);
+	return (!st->wide || kv_page_wide(pg)) && !(pg->flags & (KV_PAGE_POS8 | KV_PAGE_POSBM));
 }
 
 /* Whether the policy may top page pg up with slots whose positions it
- * takes (kv_page_takes_pos): kv_stream_takes, or a page of offsets. */
+ * takes (kv_page_takes_pos): kv_stream_takes, or a page of offsets or a
+ * bitmap. */
 static inline bool kv_stream_tops_up(const struct kv_stream *st, const struct kv_page *pg)
 {
-	return kv_stream_takes(st, pg) || (pg->flags & KV_PAGE_POS8);
+	return kv_stream_takes(st, pg) || (pg->flags & (KV_PAGE_POS8 | KV_PAGE_POSBM));
 }
 /* A new empty page for stream st (narrow or wide as the stream is); NULL
  * with *why set when the pool refuses. Ownership: the caller's until added. */
 struct kv_page *kv_stream_new_page(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
 				   int *why);
 /* The same for slots at positions lo..hi only (lo <= hi): the most compact
- * position form that holds them (kv_pos_form); it takes no others. */
+ * position form that holds them (kv_pos_form_cap: a bitmap only for q4/q2,
+ * whose writers keep it sorted); it takes no others. */
 struct kv_page *kv_stream_new_page_for(struct kv_seq *s, const struct kv_stream *st, uint32_t fmt, uint32_t cap,
 				       int32_t lo, int32_t hi, int *why);
 
@@ -172,8 +174,13 @@ int kv_stream_grow(struct kv_seq *s, struct kv_stream *st, uint32_t want);
 int kv_stream_add_page(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg);
 /* Changes a page's fill. */
 void kv_stream_set_used(struct kv_seq *s, struct kv_stream *st, struct kv_page *pg, uint32_t n);
-/* Removes slot j of page i (the last slot moves into it). */
+/* Removes slot j of page i (the last slot moves into it; in a bitmap page
+ * the later slots move down one, so it stays sorted). */
 void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, uint32_t j);
+/* Sorts n rows by position, for a page that keeps its slots sorted
+ * (KV_PAGE_POSBM): K and V (n rows of d floats each), pos and score codes
+ * move together (stable); idx: scratch for n. */
+void kv_rows_sort(float *K, float *V, uint32_t d, int32_t *pos, uint16_t *score, uint32_t n, uint32_t *idx);
 /* Returns empty pages to the pool. */
 void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
 
