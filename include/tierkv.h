@@ -349,7 +349,8 @@ struct tkv_kv_stats {
 	size_t used;            /* bytes of filled slots */
 	size_t peak_allocated;
 	size_t kv_bytes;        /* K and V bytes of filled slots */
-	size_t meta_bytes;      /* positions and scores of filled slots */
+	size_t meta_bytes;      /* positions and scores of filled slots, and the position
+				 * bitmaps of cold pages that keep them so */
 	size_t fixed_bytes;     /* page headers and alignment padding (the rest of
 				 * allocated: empty slots, the fragmentation) */
 	size_t n_pages;

@@ -120,7 +120,7 @@ void tu_kv_check_acct(struct kv_pool *pool, struct kv_seq *const *seqs, size_t n
 				fmt_bytes[pg->fmt] += pg->bytes;
 				fmt_kv[pg->fmt] += share(pg->kv_bytes, pg->n_used, pg->cap);
 				fmt_slots[pg->fmt] += pg->n_used;
-				meta += (size_t)pg->n_used * kv_page_slot_meta(pg);
+				meta += (size_t)pg->n_used * kv_page_slot_meta(pg) + kv_page_bm_bytes(pg);
 				fixed += kv_page_fixed(pg);
 				/* a page's positions are all in its form's range */
 				for (uint32_t k = 0; k < pg->n_used; k++)

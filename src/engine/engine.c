@@ -242,7 +242,7 @@ void tkv_seq_kv_stats(const struct tkv_seq *s, struct tkv_kv_stats *out)
 			out->allocated += pg->bytes;
 			out->used += kv_share(pg->bytes, pg->n_used, pg->cap);
 			out->kv_bytes += kv_page_share(pg, pg->n_used);
-			out->meta_bytes += (size_t)pg->n_used * kv_page_slot_meta(pg);
+			out->meta_bytes += (size_t)pg->n_used * kv_page_slot_meta(pg) + kv_page_bm_bytes(pg);
 			out->fixed_bytes += kv_page_fixed(pg);
 			out->n_pages++;
 		}

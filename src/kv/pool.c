@@ -189,6 +189,7 @@ static struct kv_page *get_page(struct kv_pool *p, uint32_t head_dim, uint32_t f
 	p->st.n_pages++;
 	p->st.fmt_bytes[fmt] += bytes;
 	p->st.fixed_bytes += kv_page_fixed(pg);
+	p->st.meta_bytes += kv_page_bm_bytes(pg);
 	p->st.pages_allocated++;
 	pthread_mutex_unlock(&p->lock);
 	kv_page_clear_pos(pg);
@@ -242,6 +243,7 @@ void kv_pool_put(struct kv_pool *p, struct kv_page *pg)
 	p->st.allocated -= pg->bytes;
 	p->st.fmt_bytes[pg->fmt] -= pg->bytes;
 	p->st.fixed_bytes -= kv_page_fixed(pg);
+	p->st.meta_bytes -= kv_page_bm_bytes(pg);
 	p->st.n_pages--;
 	pthread_mutex_unlock(&p->lock);
 	tkv_free(p->alloc, pg);

@@ -133,7 +133,8 @@ struct kv_pool_stats {
 	size_t peak_allocated;    /* high-water mark of allocated */
 	size_t n_pages;           /* live pages */
 	size_t kv_bytes;          /* filled share of the K and V regions */
-	size_t meta_bytes;        /* positions and scores of filled slots */
+	size_t meta_bytes;        /* positions and scores of filled slots, and the
+				   * position bitmaps of live pages */
 	size_t fixed_bytes;       /* headers and alignment padding of live pages
 				   * (allocated - kv_bytes - meta_bytes - fixed_bytes:
 				   * empty slots, the fragmentation) */
@@ -438,11 +439,17 @@ static inline uint32_t kv_page_slot_meta(const struct kv_page *pg)
 	return kv_pos_bytes(pg->flags) + (uint32_t)sizeof(uint16_t);
 }
 
-/* A page's bytes no slot owns: its header, alignment padding and position
- * bitmap. */
+/* Bytes of a page's position bitmap (0 unless KV_PAGE_POSBM): metadata of
+ * the page as a whole, counted with its slots' positions and scores. */
+static inline size_t kv_page_bm_bytes(const struct kv_page *pg)
+{
+	return pg->flags & KV_PAGE_POSBM ? (size_t)kv_page_bm_words(pg) * sizeof(uint64_t) : 0;
+}
+
+/* A page's bytes no slot owns: its header and alignment padding. */
 static inline size_t kv_page_fixed(const struct kv_page *pg)
 {
-	return pg->bytes - pg->kv_bytes - (size_t)pg->cap * kv_page_slot_meta(pg);
+	return pg->bytes - pg->kv_bytes - (size_t)pg->cap * kv_page_slot_meta(pg) - kv_page_bm_bytes(pg);
 }
 
 /* Copies the positions and scores of n slots from src (from slot sj) to dst
