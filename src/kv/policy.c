@@ -837,20 +837,90 @@ static bool top_up_sorted(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, bo
 	return ok;
 }
 
+/* Replaces right-sized packed page p of stream st (full: n_used == cap <
+ * the format's full size) with one of n_used + add slots holding its slots
+ * and moved slots mv[0, add), on its grid where that covers them (K and V:
+ * scratch for a full page). False when the pool or scratch refuses (nothing
+ * changed then). */
+static bool grow_packed(struct kv_seq *s, struct kv_stream *st, uint32_t p, bool rot, struct moved *mv,
+			uint32_t add, float *K, float *V)
+{
+	struct kv_page *pg = st->pages[p], *np;
+	uint32_t d = s->head_dim, n = pg->n_used, t = n + add, fmt = pg->fmt;
+	int32_t lo = mv[0].pos, hi = mv[add - 1].pos; /* mv is by position */
+	int32_t *pos = tkv_malloc(s->alloc, (size_t)t * sizeof *pos);
+	uint16_t *sc = tkv_malloc(s->alloc, (size_t)t * sizeof *sc);
+	uint32_t *idx = tkv_malloc(s->alloc, (size_t)t * sizeof *idx);
+	int why = TKV_OK;
+	bool ok = false;
+
+	if (!pos || !sc || !idx)
+		goto out;
+	for (uint32_t j = 0; j < n; j++) {
+		pos[j] = kv_slot_pos(pg, j);
+		sc[j] = kv_page_scores(pg)[j];
+		lo = pos[j] < lo ? pos[j] : lo;
+		hi = pos[j] > hi ? pos[j] : hi;
+	}
+	if (!(np = kv_stream_new_page_for(s, st, fmt, t, lo, hi, &why)))
+		goto out;
+	np->flags |= (uint8_t)(KV_PAGE_DIRTY | (rot ? KV_PAGE_ROT : 0));
+	kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K);
+	kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V);
+	for (uint32_t j = 0; j < add; j++) {
+		memcpy(K + (size_t)(n + j) * d, mv[j].k, d * sizeof(float));
+		memcpy(V + (size_t)(n + j) * d, mv[j].v, d * sizeof(float));
+		if (rot) {
+			kv_rotate(K + (size_t)(n + j) * d, d);
+			kv_rotate(V + (size_t)(n + j) * d, d);
+		}
+		pos[n + j] = mv[j].pos;
+		sc[n + j] = kv_score_enc(mv[j].score);
+	}
+	if (np->flags & KV_PAGE_POSBM)
+		kv_rows_sort(K, V, d, pos, sc, t, idx);
+	for (uint32_t j = 0; j < t; j++)
+		kv_slot_set_pos(np, j, pos[j]);
+	memcpy(kv_page_scores(np), sc, t * sizeof *sc);
+	kv_tier_copy_params(fmt, np->k, np->v, pg->k, pg->v, d);
+	kv_tier_repack(fmt, np->k, np->v, np->cap, d, K, V, t);
+	kv_stream_set_used(s, st, pg, 0);
+	st->pages[p] = np;
+	kv_pool_put(s->pool, pg);
+	kv_stream_set_used(s, st, np, t);
+	ok = true;
+out:
+	tkv_free(s->alloc, idx);
+	tkv_free(s->alloc, sc);
+	tkv_free(s->alloc, pos);
+	return ok;
+}
+
 /* Moved slots into one partial page of a packed format, re-packed with them
  * (its slots keep their codes where its grid covers the new ones; K and V:
- * scratch for a page). Returns how many landed. */
+ * scratch for a page), or into a bigger copy of a right-sized one (a page
+ * of the slots it holds, grown to take the new ones: grow_packed). Returns
+ * how many landed. */
 static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
 			      uint32_t n_mv, float *K, float *V)
 {
-	uint32_t d = s->head_dim;
+	uint32_t d = s->head_dim, full = fmt_cap(st, fmt);
 
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		struct kv_page *pg = st->pages[p];
 		uint32_t n = pg->n_used, add;
 
-		if (pg->fmt != fmt || n == pg->cap || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_tops_up(st, pg))
+		if (pg->fmt != fmt || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_tops_up(st, pg) ||
+		    (pg->flags & KV_PAGE_FROZEN) || (kv_page_wide(pg) != st->wide))
 			continue;
+		if (n == pg->cap) {
+			if (pg->cap >= full || n == 0)
+				continue;
+			add = full - n < n_mv ? full - n : n_mv;
+			if (grow_packed(s, st, p, rot, mv, add, K, V))
+				return add;
+			continue;
+		}
 		/* the slots its position form takes, from the first */
 		for (add = 0; add < pg->cap - n && add < n_mv && kv_page_takes_pos(pg, mv[add].pos); add++)
 			;
@@ -886,9 +956,10 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 }
 
 /* Moved slots into new pages: full-size ones for the bulk, a small one for
- * the rest; q4/q2 pages stay full-size (their per-channel key parameters
- * cost the same whatever the cap, so a small page pays more per slot).
- * Returns how many landed; *why says why the rest did not. */
+ * the rest (per-slot formats: with the room kv_stream_tail_cap allows; q4/q2:
+ * exactly the rest, grown by later rounds - grow_packed - so a stream's
+ * partly filled q4 page is never half empty, its per-channel parameters
+ * paid once). Returns how many landed; *why says why the rest did not. */
 static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
 			 uint32_t n_mv, float *K, float *V, int *why)
 {
@@ -896,7 +967,9 @@ static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, b
 
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
-		uint32_t pc = n < cap && !kv_fmt_packed(fmt) ? kv_stream_tail_cap(s, st, fmt, n, cap) : cap;
+		/* a packed remainder gets a page of its slots only: the next
+		 * round grows it (grow_packed) */
+		uint32_t pc = n == cap ? cap : kv_fmt_packed(fmt) ? n : kv_stream_tail_cap(s, st, fmt, n, cap);
 		/* mv is by position (land): the page's positions span this */
 		struct kv_page *pg = kv_stream_new_page_for(s, st, fmt, pc, mv[done].pos, mv[done + n - 1].pos, why);
 
@@ -907,7 +980,7 @@ static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, b
 			*why = TKV_ERR_NOMEM;
 			break;
 		}
-		if (pc < cap) {
+		if (pc < cap && !kv_fmt_packed(fmt)) {
 			st->n_small++;
 			st->small_slots += pc;
 		}
