@@ -793,59 +793,16 @@ static uint32_t top_up_rows(struct kv_seq *s, struct kv_stream *st, uint32_t fmt
 	return done;
 }
 
-/* Re-packs bitmap page pg (KV_PAGE_POSBM) with its slots and moved slots
- * mv[0, add), all sorted by position (K and V: scratch for a page). False
- * when scratch cannot be had (nothing changed then). */
-static bool top_up_sorted(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, bool rot, struct moved *mv,
-			  uint32_t add, float *K, float *V)
+/* Re-packs packed page p of stream st with its slots and moved slots
+ * mv[0, add), sorted by position when the page keeps them so (a bitmap),
+ * in place (grow false: the page has room for them) or into a bigger copy
+ * (grow: a page of exactly n_used + add slots that replaces it, on its grid
+ * where that covers the new slots). K and V: scratch for a full page. False
+ * when the pool or scratch refuses (nothing changed then). */
+static bool pack_with(struct kv_seq *s, struct kv_stream *st, uint32_t p, bool rot, struct moved *mv, uint32_t add,
+		      bool grow, float *K, float *V)
 {
-	uint32_t d = s->head_dim, n = pg->n_used, t = n + add;
-	int32_t *pos = tkv_malloc(s->alloc, (size_t)t * sizeof *pos);
-	uint16_t *sc = tkv_malloc(s->alloc, (size_t)t * sizeof *sc);
-	uint32_t *idx = tkv_malloc(s->alloc, (size_t)t * sizeof *idx);
-	bool ok = pos && sc && idx;
-
-	if (ok) {
-		kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K);
-		kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V);
-		for (uint32_t j = 0; j < n; j++) {
-			pos[j] = kv_slot_pos(pg, j);
-			sc[j] = kv_page_scores(pg)[j];
-		}
-		for (uint32_t j = 0; j < add; j++) {
-			const struct moved *m = &mv[j];
-
-			memcpy(K + (size_t)(n + j) * d, m->k, d * sizeof(float));
-			memcpy(V + (size_t)(n + j) * d, m->v, d * sizeof(float));
-			if (rot) {
-				kv_rotate(K + (size_t)(n + j) * d, d);
-				kv_rotate(V + (size_t)(n + j) * d, d);
-			}
-			pos[n + j] = m->pos;
-			sc[n + j] = kv_score_enc(m->score);
-		}
-		kv_rows_sort(K, V, d, pos, sc, t, idx);
-		kv_page_clear_pos(pg);
-		for (uint32_t j = 0; j < t; j++)
-			kv_slot_set_pos(pg, j, pos[j]);
-		memcpy(kv_page_scores(pg), sc, t * sizeof *sc);
-		kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, t);
-	}
-	tkv_free(s->alloc, idx);
-	tkv_free(s->alloc, sc);
-	tkv_free(s->alloc, pos);
-	return ok;
-}
-
-/* Replaces right-sized packed page p of stream st (full: n_used == cap <
- * the format's full size) with one of n_used + add slots holding its slots
- * and moved slots mv[0, add), on its grid where that covers them (K and V:
- * scratch for a full page). False when the pool or scratch refuses (nothing
- * changed then). */
-static bool grow_packed(struct kv_seq *s, struct kv_stream *st, uint32_t p, bool rot, struct moved *mv,
-			uint32_t add, float *K, float *V)
-{
-	struct kv_page *pg = st->pages[p], *np;
+	struct kv_page *pg = st->pages[p], *np = pg;
 	uint32_t d = s->head_dim, n = pg->n_used, t = n + add, fmt = pg->fmt;
 	int32_t lo = mv[0].pos, hi = mv[add - 1].pos; /* mv is by position */
 	int32_t *pos = tkv_malloc(s->alloc, (size_t)t * sizeof *pos);
@@ -862,9 +819,11 @@ static bool grow_packed(struct kv_seq *s, struct kv_stream *st, uint32_t p, bool
 		lo = pos[j] < lo ? pos[j] : lo;
 		hi = pos[j] > hi ? pos[j] : hi;
 	}
-	if (!(np = kv_stream_new_page_for(s, st, fmt, t, lo, hi, &why)))
-		goto out;
-	np->flags |= (uint8_t)(KV_PAGE_DIRTY | (rot ? KV_PAGE_ROT : 0));
+	if (grow) {
+		if (!(np = kv_stream_new_page_for(s, st, fmt, t, lo, hi, &why)))
+			goto out;
+		np->flags |= (uint8_t)(KV_PAGE_DIRTY | (rot ? KV_PAGE_ROT : 0));
+	}
 	kv_tier_load_k_slots(fmt, pg->k, pg->cap, d, 0, n, K);
 	kv_tier_load_v_slots(fmt, pg->v, pg->cap, d, 0, n, V);
 	for (uint32_t j = 0; j < add; j++) {
@@ -879,14 +838,18 @@ static bool grow_packed(struct kv_seq *s, struct kv_stream *st, uint32_t p, bool
 	}
 	if (np->flags & KV_PAGE_POSBM)
 		kv_rows_sort(K, V, d, pos, sc, t, idx);
+	kv_page_clear_pos(np);
 	for (uint32_t j = 0; j < t; j++)
 		kv_slot_set_pos(np, j, pos[j]);
 	memcpy(kv_page_scores(np), sc, t * sizeof *sc);
-	kv_tier_copy_params(fmt, np->k, np->v, pg->k, pg->v, d);
+	if (grow)
+		kv_tier_copy_params(fmt, np->k, np->v, pg->k, pg->v, d);
 	kv_tier_repack(fmt, np->k, np->v, np->cap, d, K, V, t);
-	kv_stream_set_used(s, st, pg, 0);
-	st->pages[p] = np;
-	kv_pool_put(s->pool, pg);
+	if (grow) {
+		kv_stream_set_used(s, st, pg, 0);
+		st->pages[p] = np;
+		kv_pool_put(s->pool, pg);
+	}
 	kv_stream_set_used(s, st, np, t);
 	ok = true;
 out:
@@ -899,7 +862,7 @@ out:
 /* Moved slots into one partial page of a packed format, re-packed with them
  * (its slots keep their codes where its grid covers the new ones; K and V:
  * scratch for a page), or into a bigger copy of a right-sized one (a page
- * of the slots it holds, grown to take the new ones: grow_packed). Returns
+ * of the slots it holds, grown to take the new ones: pack_with). Returns
  * how many landed. */
 static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
 			      uint32_t n_mv, float *K, float *V)
@@ -911,13 +874,15 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 		uint32_t n = pg->n_used, add;
 
 		if (pg->fmt != fmt || (bool)(pg->flags & KV_PAGE_ROT) != rot || !kv_stream_tops_up(st, pg) ||
-		    (pg->flags & KV_PAGE_FROZEN) || (kv_page_wide(pg) != st->wide))
+		    (pg->flags & KV_PAGE_FROZEN))
 			continue;
 		if (n == pg->cap) {
-			if (pg->cap >= full || n == 0)
+			/* a right-sized page: grown into a new one (wide when the
+			 * stream is), which takes any of the stream's positions */
+			if (pg->cap >= full)
 				continue;
 			add = full - n < n_mv ? full - n : n_mv;
-			if (grow_packed(s, st, p, rot, mv, add, K, V))
+			if (pack_with(s, st, p, rot, mv, add, true, K, V))
 				return add;
 			continue;
 		}
@@ -927,9 +892,8 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 		if (add == 0)
 			continue;
 		if (pg->flags & KV_PAGE_POSBM) {
-			if (!top_up_sorted(s, pg, fmt, rot, mv, add, K, V))
+			if (!pack_with(s, st, p, rot, mv, add, false, K, V))
 				continue;
-			kv_stream_set_used(s, st, pg, n + add);
 			return add;
 		}
 		for (uint32_t j = 0; j < n; j++) {
@@ -957,7 +921,7 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 
 /* Moved slots into new pages: full-size ones for the bulk, a small one for
  * the rest (per-slot formats: with the room kv_stream_tail_cap allows; q4/q2:
- * exactly the rest, grown by later rounds - grow_packed - so a stream's
+ * exactly the rest, grown by later rounds - pack_with - so a stream's
  * partly filled q4 page is never half empty, its per-channel parameters
  * paid once). Returns how many landed; *why says why the rest did not. */
 static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
@@ -968,7 +932,7 @@ static uint32_t land_new(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, b
 	while (done < n_mv) {
 		uint32_t n = n_mv - done < cap ? n_mv - done : cap;
 		/* a packed remainder gets a page of its slots only: the next
-		 * round grows it (grow_packed) */
+		 * round grows it (pack_with) */
 		uint32_t pc = n == cap ? cap : kv_fmt_packed(fmt) ? n : kv_stream_tail_cap(s, st, fmt, n, cap);
 		/* mv is by position (land): the page's positions span this */
 		struct kv_page *pg = kv_stream_new_page_for(s, st, fmt, pc, mv[done].pos, mv[done + n - 1].pos, why);

@@ -23,8 +23,8 @@
  *
  * Metadata is 3 bytes a slot with offsets (4 with uint16_t positions, 6 in a
  * wide page) and 32 bytes a page; a bitmap page has 2 bytes a slot (the
- * score) and a bit per position its range spans, counted with the header
- * (kv_page_fixed). Slot positions go through kv_slot_pos / kv_slot_set_pos
+ * score) and a bit per position its range spans (kv_page_bm_bytes, counted
+ * as metadata of the page as a whole). Slot positions go through kv_slot_pos / kv_slot_set_pos
  * and scores through kv_slot_score / kv_slot_set_score, never through the
  * arrays directly.
  *
@@ -41,7 +41,7 @@
  * Bitmaps (KV_PAGE_POSBM) are for q4/q2 pages (kv_fmt_packed), which are
  * always written whole (kv_tier_pack / kv_tier_repack): whoever writes one
  * sorts its slots by position first and sets their positions in that order
- * (kv_page_sort_rows in seq.h); a removal moves the later slots down
+ * (kv_rows_sort in seq.h); a removal moves the later slots down
  * (kv_stream_remove_slot) instead of moving the last one into the hole. A
  * page takes the form when its bitmap is smaller than its positions would
  * be (kv_pos_form_cap): a cold page of 64 slots spread over 500 positions
