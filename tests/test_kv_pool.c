@@ -1629,6 +1629,13 @@ static void test_pos_bitmap(void **state)
 	assert_int_equal(kv_pos_form_cap(KV_POS16_LIMIT - 10, KV_POS16_LIMIT + 500, 64, false, true), 0);
 
 	tu_rng_seed(21);
+	assert_int_equal(kv_popcount64(0), 0);
+	assert_int_equal(kv_popcount64(~(uint64_t)0), 64);
+	for (int i = 0; i < 1000; i++) {
+		uint64_t x = tu_rng_u64() & tu_rng_u64();
+
+		assert_int_equal(kv_popcount64(x), (uint32_t)__builtin_popcountll(x));
+	}
 	/* n rows at random distinct positions in 100..599, out of order */
 	for (uint32_t j = 0; j < n; j++) {
 		bool dup;

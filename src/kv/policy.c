@@ -559,9 +559,8 @@ static void page_sims(const struct kv_page *pg, uint32_t j0, uint32_t n, const f
 /* The slot's priority; sim is its key's similarity to the centroid when
  * prio_semantic(c) (page_sims), else unused. */
 static float priority(const struct kv_cfg *c, const struct kv_seq *s, const struct kv_stream *st,
-		      const struct kv_page *pg, uint32_t j, float sim)
+		      const struct kv_page *pg, uint32_t j, int32_t pos, float sim)
 {
-	int32_t pos = kv_slot_pos(pg, j);
 	float age = (float)(s->n_pos - pos);
 	/* a shared slot's direction is in the layer below: neutral similarity */
 	bool sem = pg->fmt != KV_FMT_REF;
@@ -1106,15 +1105,17 @@ static int rank(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 
 			if (page_sem && j % chunk == 0)
 				page_sims(pg, j, pg->n_used - j < chunk ? pg->n_used - j : chunk, st->centroid, cn, sim);
-			if (protected_pos(c, s, kv_slot_pos(pg, j), r->n_window) || (pg->flags & KV_PAGE_FROZEN)) {
+			int32_t pos = kv_slot_pos(pg, j);
+
+			if (protected_pos(c, s, pos, r->n_window) || (pg->flags & KV_PAGE_FROZEN)) {
 				r->prot_bytes += conv ? slot_cost(st->hot_fmt, fmt_cap(st, st->hot_fmt), d)
 						      : slot_cost(pg->fmt, pg->cap, d);
 				continue;
 			}
-			k->prio = priority(c, s, st, pg, j, page_sem ? sim[j % chunk] : 0.0f);
+			k->prio = priority(c, s, st, pg, j, pos, page_sem ? sim[j % chunk] : 0.0f);
 			k->page = p;
 			k->slot = j;
-			k->pos = kv_slot_pos(pg, j);
+			k->pos = pos;
 			k->fmt = pg->fmt;
 			r->n_cand++;
 		}

@@ -286,11 +286,20 @@ static inline uint32_t kv_page_bm_words(const struct kv_page *pg)
 	return (uint32_t)((pg->bytes - kv_bm_off(pg->meta_off, pg->cap)) / sizeof(uint64_t));
 }
 
+/* Set bits of x (SWAR: no library call where the build has no popcnt). */
+static inline uint32_t kv_popcount64(uint64_t x)
+{
+	x -= (x >> 1) & 0x5555555555555555u;
+	x = (x & 0x3333333333333333u) + ((x >> 2) & 0x3333333333333333u);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fu;
+	return (uint32_t)((x * 0x0101010101010101u) >> 56);
+}
+
 /* Index of the j-th set bit (from 0) of a bitmap that has more than j. */
 static inline uint32_t kv_bm_select(const uint64_t *w, uint32_t j)
 {
 	for (uint32_t i = 0;; i++) {
-		uint32_t c = (uint32_t)__builtin_popcountll(w[i]);
+		uint32_t c = kv_popcount64(w[i]);
 
 		if (j < c) {
 			uint64_t x = w[i];
@@ -395,7 +404,7 @@ static inline void kv_page_bm_trim(struct kv_page *pg, uint32_t n)
 	uint32_t words = kv_page_bm_words(pg), set = 0, i;
 
 	for (i = 0; i < words; i++) {
-		uint32_t c = (uint32_t)__builtin_popcountll(w[i]);
+		uint32_t c = kv_popcount64(w[i]);
 
 		if (set + c > n)
 			break;
