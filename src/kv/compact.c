@@ -77,11 +77,7 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 				pb->pos[nb + j] = kv_slot_pos(a, na + j);
 			memcpy(pb->score, kv_page_scores(b), nb * sizeof *pb->score);
 			memcpy(pb->score + nb, kv_page_scores(a) + na, m * sizeof *pb->score);
-			kv_rows_sort(K, V, d, pb->pos, pb->score, nb + m, pb->idx);
-			kv_page_clear_pos(b);
-			for (uint32_t j = 0; j < nb + m; j++)
-				kv_slot_set_pos(b, j, pb->pos[j]);
-			memcpy(kv_page_scores(b), pb->score, (nb + m) * sizeof *pb->score);
+			kv_page_set_rows(b, K, V, pb->pos, pb->score, nb + m, pb->idx);
 			kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
 			kv_stream_set_used(s, st, b, nb + m);
 			kv_stream_set_used(s, st, a, na);
@@ -348,6 +344,9 @@ static void fill(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, const struc
 	uint32_t d = s->head_dim;
 	float *K = b->K + (size_t)t * d, *V = b->V + (size_t)t * d;
 
+	/* a bitmap page keeps its slots sorted: the same slots, so the donor
+	 * below stands */
+	kv_page_set_rows(pg, K, V, b->pos + t, b->score + t, n, b->idx);
 	if (kv_fmt_packed(fmt)) {
 		const struct kv_page *donor = NULL;
 		uint32_t best = 0;
@@ -362,10 +361,6 @@ static void fill(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, const struc
 				donor = r->pg;
 			}
 		}
-		/* a bitmap page keeps its slots sorted (the same slots: the donor
-		 * stands) */
-		if (pg->flags & KV_PAGE_POSBM)
-			kv_rows_sort(K, V, d, b->pos + t, b->score + t, n, b->idx);
 		if (donor) {
 			kv_tier_copy_params(fmt, pg->k, pg->v, donor->k, donor->v, d);
 			kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n);
@@ -376,9 +371,6 @@ static void fill(struct kv_seq *s, struct kv_page *pg, uint32_t fmt, const struc
 		for (uint32_t k = 0; k < n; k++)
 			kv_tier_store(fmt, pg->k, pg->v, pg->cap, d, k, K + (size_t)k * d, V + (size_t)k * d);
 	}
-	for (uint32_t j = 0; j < n; j++)
-		kv_slot_set_pos(pg, j, b->pos[t + j]);
-	memcpy(kv_page_scores(pg), b->score + t, n * sizeof *b->score);
 }
 
 /* Rewrites the loose pages of one group into full-size pages and one

@@ -835,12 +835,7 @@ static bool pack_with(struct kv_seq *s, struct kv_stream *st, uint32_t p, bool r
 		pos[n + j] = mv[j].pos;
 		sc[n + j] = kv_score_enc(mv[j].score);
 	}
-	if (np->flags & KV_PAGE_POSBM)
-		kv_rows_sort(K, V, d, pos, sc, t, idx);
-	kv_page_clear_pos(np);
-	for (uint32_t j = 0; j < t; j++)
-		kv_slot_set_pos(np, j, pos[j]);
-	memcpy(kv_page_scores(np), sc, t * sizeof *sc);
+	kv_page_set_rows(np, K, V, pos, sc, t, idx);
 	if (grow)
 		kv_tier_copy_params(fmt, np->k, np->v, pg->k, pg->v, d);
 	kv_tier_repack(fmt, np->k, np->v, np->cap, d, K, V, t);
@@ -866,7 +861,7 @@ out:
 static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t fmt, bool rot, struct moved *mv,
 			      uint32_t n_mv, float *K, float *V)
 {
-	uint32_t d = s->head_dim, full = fmt_cap(st, fmt);
+	uint32_t full = fmt_cap(st, fmt);
 
 	for (uint32_t p = 0; p < st->n_pages; p++) {
 		struct kv_page *pg = st->pages[p];
@@ -890,30 +885,8 @@ static uint32_t top_up_packed(struct kv_seq *s, struct kv_stream *st, uint32_t f
 			;
 		if (add == 0)
 			continue;
-		if (pg->flags & KV_PAGE_POSBM) {
-			if (!pack_with(s, st, p, rot, mv, add, false, K, V))
-				continue;
+		if (pack_with(s, st, p, rot, mv, add, false, K, V))
 			return add;
-		}
-		for (uint32_t j = 0; j < n; j++) {
-			kv_tier_load_k(fmt, pg->k, pg->cap, d, j, K + (size_t)j * d);
-			kv_tier_load_v(fmt, pg->v, pg->cap, d, j, V + (size_t)j * d);
-		}
-		for (uint32_t j = 0; j < add; j++) {
-			const struct moved *m = &mv[j];
-
-			memcpy(K + (size_t)(n + j) * d, m->k, d * sizeof(float));
-			memcpy(V + (size_t)(n + j) * d, m->v, d * sizeof(float));
-			if (rot) {
-				kv_rotate(K + (size_t)(n + j) * d, d);
-				kv_rotate(V + (size_t)(n + j) * d, d);
-			}
-			kv_slot_set_pos(pg, n + j, m->pos);
-			kv_slot_set_score(pg, n + j, m->score);
-		}
-		kv_tier_repack(fmt, pg->k, pg->v, pg->cap, d, K, V, n + add);
-		kv_stream_set_used(s, st, pg, n + add);
-		return add;
 	}
 	return 0;
 }

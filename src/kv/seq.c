@@ -270,6 +270,17 @@ void kv_rows_sort(float *K, float *V, uint32_t d, int32_t *pos, uint16_t *score,
 	}
 }
 
+void kv_page_set_rows(struct kv_page *pg, float *K, float *V, int32_t *pos, uint16_t *score, uint32_t n,
+		      uint32_t *idx)
+{
+	if (pg->flags & KV_PAGE_POSBM)
+		kv_rows_sort(K, V, pg->head_dim, pos, score, n, idx);
+	kv_page_clear_pos(pg);
+	for (uint32_t j = 0; j < n; j++)
+		kv_slot_set_pos(pg, j, pos[j]);
+	memcpy(kv_page_scores(pg), score, n * sizeof *score);
+}
+
 void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st)
 {
 	uint32_t i = 0;

@@ -181,6 +181,12 @@ void kv_stream_remove_slot(struct kv_seq *s, struct kv_stream *st, uint32_t i, u
  * (KV_PAGE_POSBM): K and V (n rows of d floats each), pos and score codes
  * move together (stable); idx: scratch for n. */
 void kv_rows_sort(float *K, float *V, uint32_t d, int32_t *pos, uint16_t *score, uint32_t n, uint32_t *idx);
+/* Sets the positions and score codes of slots 0..n-1 of page pg from pos and
+ * score, the rows (K and V, n rows of head_dim floats each, which the caller
+ * then stores or packs into pg) sorted by position first when pg keeps its
+ * slots sorted (KV_PAGE_POSBM: kv_rows_sort, idx scratch for n). */
+void kv_page_set_rows(struct kv_page *pg, float *K, float *V, int32_t *pos, uint16_t *score, uint32_t n,
+		      uint32_t *idx);
 /* Returns empty pages to the pool. */
 void kv_stream_drop_empty(struct kv_seq *s, struct kv_stream *st);
 
