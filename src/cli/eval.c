@@ -288,6 +288,7 @@ struct eval_row {
 	uint64_t compact_slots, compact_ns;
 	struct evm_acc acc;       /* teacher-forced positions against the reference */
 	double kv_peak, kv_full;  /* sums over texts (bytes) */
+	double kv_mean;           /* sum over texts of the K+V held on the whole run (evr_pass) */
 	double alloc_peak;        /* sum over texts of the peak page bytes */
 	double tier[3];           /* sums over texts of K+V bytes per tier at the end */
 	double shared;            /* ... and of cross-layer shared slots */
@@ -410,6 +411,7 @@ static int eval_text(struct eval_ctx *x, const struct eval_text *t, struct eval_
 		row->compact_ns += q.end.compact_ns;
 		evm_acc_merge(&row->acc, &q.acc);
 		row->kv_peak += (double)q.kv_peak;
+		row->kv_mean += q.kv_mean;
 		row->kv_full += full_bytes;
 		row->alloc_peak += (double)q.alloc_peak;
 		for (int k = 0; k < 3; k++)
@@ -550,7 +552,7 @@ static int eval_copy(struct eval_ctx *x, const struct eval_text *texts, size_t n
 
 /* Values of a row, NaN where not measured. */
 struct row_vals {
-	double kv_peak, ratio, ppl, ppl_full, dppl, kl, top1, first_div, bleu, rouge, copy_nll, copy_full;
+	double kv_peak, ratio, kv_mean, ratio_mean, ppl, ppl_full, dppl, kl, top1, first_div, bleu, rouge, copy_nll, copy_full;
 	double alloc_peak, frag;  /* mean peak page bytes; fragmentation at the ends of the texts (%) */
 	double tier[3], shared;
 };
@@ -564,6 +566,8 @@ static struct row_vals row_values(const struct eval_row *r)
 	v.alloc_peak = r->n_texts ? r->alloc_peak / nt : NAN;
 	v.frag = r->alloc_end > 0 ? 100.0 * (r->alloc_end - r->used_end) / r->alloc_end : NAN;
 	v.ratio = r->kv_full > 0 ? r->kv_peak / r->kv_full : NAN;
+	v.kv_mean = r->n_texts ? r->kv_mean / nt : NAN;
+	v.ratio_mean = r->kv_full > 0 ? r->kv_mean / r->kv_full : NAN;
 	v.ppl = evm_ppl(r->acc.nll, r->acc.n);
 	v.ppl_full = evm_ppl(r->acc.nll_ref, r->acc.n);
 	v.dppl = 100.0 * (v.ppl / v.ppl_full - 1.0);
@@ -599,16 +603,16 @@ static void print_table(FILE *f, const struct eval_opts *o, const struct eval_ro
 {
 	bool plans = o->n_plans > 1, shares = o->n_shares > 1;
 
-	fprintf(f, "| policy | budget |%s%s%s KV peak | ratio | ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
+	fprintf(f, "| policy | budget |%s%s%s KV peak | ratio |%s ppl | Δppl %% | KL | top-1 %% | first-div | BLEU | ROUGE-L |%s "
 		"hot | warm | cold |%s evicted | demoted | merged | skipped | pages peak | frag %% |\n", o->mem ? " limit |" : "",
 		plans ? " plan |" : "",
-		shares ? " share |" : "", copy ? " copy NLL |" : "", shares ? " shared |" : "");
-	fprintf(f, "|---|---:|%s%s%s---:|---:|---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|%s---:|---:|---:|---:|---:|---:|\n",
-		o->mem ? "---|" : "", plans ? "---|" : "", shares ? "---|" : "", copy ? "---:|" : "", shares ? "---:|" : "");
+		shares ? " share |" : "", o->mem ? " KV mean | ratio mean |" : "", copy ? " copy NLL |" : "", shares ? " shared |" : "");
+	fprintf(f, "|---|---:|%s%s%s---:|---:|%s---:|---:|---:|---:|---:|---:|---:|%s---:|---:|---:|%s---:|---:|---:|---:|---:|---:|\n",
+		o->mem ? "---|" : "", plans ? "---|" : "", shares ? "---|" : "", o->mem ? "---:|---:|" : "", copy ? "---:|" : "", shares ? "---:|" : "");
 	for (size_t i = 0; i < n_rows; i++) {
 		const struct eval_row *r = &rows[i];
 		struct row_vals v = row_values(r);
-		char b[18][32];
+		char b[20][32];
 
 		fprintf(f, "| %s%s | %s |", tkv_policy_name(r->policy), r->failed ? " (failed)" : "",
 			num(b[0], 32, "%g", r->budget));
@@ -618,8 +622,10 @@ static void print_table(FILE *f, const struct eval_opts *o, const struct eval_ro
 			fprintf(f, " %s |", o->plan_names[r->plan]);
 		if (shares)
 			fprintf(f, " %s |", o->share_names[r->share]);
-		fprintf(f, " %s | %s | %s | %s | %s | %s | %s | %s | %s |", bytes(b[1], 32, v.kv_peak),
-			num(b[2], 32, "%.3f", v.ratio), num(b[3], 32, "%.4f", v.ppl), num(b[4], 32, "%+.2f", v.dppl),
+		fprintf(f, " %s | %s |", bytes(b[1], 32, v.kv_peak), num(b[2], 32, "%.3f", v.ratio));
+		if (o->mem)
+			fprintf(f, " %s | %s |", bytes(b[18], 32, v.kv_mean), num(b[19], 32, "%.3f", v.ratio_mean));
+		fprintf(f, " %s | %s | %s | %s | %s | %s | %s |", num(b[3], 32, "%.4f", v.ppl), num(b[4], 32, "%+.2f", v.dppl),
 			num(b[5], 32, "%.5f", v.kl), num(b[6], 32, "%.2f", v.top1), num(b[7], 32, "%.1f", v.first_div),
 			num(b[8], 32, "%.3f", v.bleu), num(b[9], 32, "%.3f", v.rouge));
 		if (copy)
@@ -668,6 +674,8 @@ static int write_json(const char *path, const struct eval_opts *o, const struct 
 		jnum(f, "kv_full_bytes", r->n_texts ? r->kv_full / (double)r->n_texts : NAN);
 		jnum(f, "alloc_peak_bytes", r->n_texts ? r->alloc_peak / (double)r->n_texts : NAN);
 		jnum(f, "ratio", v.ratio);
+		jnum(f, "kv_mean_bytes", v.kv_mean);
+		jnum(f, "ratio_mean", v.ratio_mean);
 		jnum(f, "ppl", v.ppl);
 		jnum(f, "ppl_full", v.ppl_full);
 		jnum(f, "dppl_pct", v.dppl);

@@ -51,11 +51,15 @@ static int open_seq(struct evr_ctx *x, const struct tkv_engine_params *ep, struc
 	return st;
 }
 
-static void sample_kv(const struct tkv_seq *s, struct evr_pass *p)
+/* After a decode call of c tokens: the peaks, and the K+V held counted for
+ * those tokens in the running mean. */
+static void sample_kv(const struct tkv_seq *s, struct evr_pass *p, size_t c)
 {
 	struct tkv_kv_stats ks;
 
 	tkv_seq_kv_stats(s, &ks);
+	p->kv_tokens += (double)c;
+	p->kv_mean += ((double)ks.kv_bytes - p->kv_mean) * (double)c / p->kv_tokens;
 	if (ks.kv_bytes > p->kv_peak)
 		p->kv_peak = ks.kv_bytes;
 	if (ks.allocated > p->alloc_peak)
@@ -70,6 +74,7 @@ int evr_pass_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct e
 	int st;
 
 	p->kv_peak = p->alloc_peak = 0;
+	p->kv_mean = p->kv_tokens = 0.0;
 	if ((st = open_seq(x, ep, &e, &s, err)))
 		return st;
 	/* the engine would chunk one call the same way; separate calls let the
@@ -79,7 +84,7 @@ int evr_pass_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct e
 
 		if ((st = tkv_seq_decode(s, p->ids + done, c, x->buf + done * x->n_vocab, 1, err)))
 			goto out;
-		sample_kv(s, p);
+		sample_kv(s, p, c);
 		done += c;
 	}
 	for (size_t i = p->from; i < n_pre && i + 1 < p->n; i++)
@@ -89,7 +94,7 @@ int evr_pass_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct e
 
 		if ((st = tkv_seq_decode(s, p->ids + i, 1, scored ? x->buf : NULL, 0, err)))
 			goto out;
-		sample_kv(s, p);
+		sample_kv(s, p, 1);
 		if (scored)
 			p->visit(p->ctx, i, x->buf);
 	}
@@ -226,6 +231,7 @@ int evr_row_run(struct evr_ctx *x, const struct tkv_engine_params *ep, const str
 		return fail_stage(stage, EVR_STAGE_PASS, st);
 	out->kv_peak = p.kv_peak;
 	out->alloc_peak = p.alloc_peak;
+	out->kv_mean = p.kv_mean;
 	out->end = p.end;
 	out->plan = p.plan;
 	if (!ref->n_gen)
@@ -266,12 +272,12 @@ int evr_ask_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct ev
 
 		if ((st = tkv_seq_decode(s, a->ids + done, c, x->buf, 0, err)))
 			goto out;
-		sample_kv(s, &peaks);
+		sample_kv(s, &peaks, c);
 	}
 	if (a->n > a->n_context) {
 		if ((st = tkv_seq_decode(s, a->ids + a->n_context, a->n - a->n_context, x->buf, 0, err)))
 			goto out;
-		sample_kv(s, &peaks);
+		sample_kv(s, &peaks, a->n - a->n_context);
 	}
 	while (a->n_out < a->n_gen) {
 		a->gen[a->n_out] = (int32_t)evm_argmax(x->buf, x->n_vocab);
@@ -280,7 +286,7 @@ int evr_ask_run(struct evr_ctx *x, const struct tkv_engine_params *ep, struct ev
 			break;
 		if ((st = tkv_seq_decode(s, &a->gen[a->n_out - 1], 1, x->buf, 0, err)))
 			goto out;
-		sample_kv(s, &peaks);
+		sample_kv(s, &peaks, 1);
 	}
 	tkv_seq_kv_stats(s, &a->end);
 	a->n_past = tkv_seq_n_past(s);

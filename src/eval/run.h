@@ -64,6 +64,9 @@ struct evr_pass {
 	void *ctx;
 	size_t kv_peak;             /* out: most K+V bytes after any decode call */
 	size_t alloc_peak;          /* out: most page bytes (metadata, unused slots) likewise */
+	double kv_mean;             /* out: K+V bytes after each decode call, averaged over the calls'
+				     * tokens (what the run held on the whole, not at its high) */
+	double kv_tokens;           /* tokens behind kv_mean (the sum, kept while the pass runs) */
 	struct tkv_kv_stats end;    /* out: the sequence's cache after the last token */
 	struct tkv_kv_layer_plan plan; /* out: the sequence's layer plan at the end */
 };
@@ -97,6 +100,7 @@ void evr_ref_free(struct evr_ctx *x, struct evr_ref *r);
 struct evr_row {
 	struct evm_acc acc;         /* positions [ref->from, n - 1) against the reference */
 	size_t kv_peak, alloc_peak; /* as in evr_pass */
+	double kv_mean;             /* as in evr_pass */
 	struct tkv_kv_stats end;
 	struct tkv_kv_layer_plan plan;
 	int gen_done;               /* the generation ran and was scored: */
