@@ -32,6 +32,38 @@ static inline __m128i bytes16(__m256 u0, __m256 u1)
 	return _mm_packus_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 }
 
+/* The 8 low halves (f16) of the int32 lanes of x as floats. */
+static inline __m256 low_halves(__m256i x)
+{
+	/* packus: [x0..x3 x0..x3 | x4..x7 x4..x7]; qwords 0 and 2 to the low lane */
+	__m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(x, x), 0x08);
+
+	return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+}
+
+/* The value parameters of rows 0..n-1 as floats: sp[g][i], mp[g][i] (scale
+ * and minimum of group g of row i), 0 for rows n..8*nv-1. par holds them per
+ * row and group as f16 pairs: one int32 lane of a gather takes a pair. */
+static inline void value_params(const uint16_t *par, uint32_t ng, uint32_t n, uint32_t nv, float sp[][KV_Q_TILE],
+				float mp[][KV_Q_TILE])
+{
+	const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lo = _mm256_set1_epi32(0xffff);
+	const __m256i rows = _mm256_mullo_epi32(iota, _mm256_set1_epi32((int)ng));
+
+	for (uint32_t g = 0; g < ng; g++)
+		for (uint32_t v = 0; v < nv; v++) {
+			__m256i idx = _mm256_add_epi32(rows, _mm256_set1_epi32((int)(8 * v * ng + g))), x;
+
+			if (8 * v + 8 <= n)
+				x = _mm256_i32gather_epi32((const int *)par, idx, 4);
+			else /* rows past n: not read, 0 */
+				x = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)par, idx,
+								_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - 8 * v)), iota), 4);
+			_mm256_storeu_ps(sp[g] + 8 * v, low_halves(_mm256_and_si256(x, lo)));
+			_mm256_storeu_ps(mp[g] + 8 * v, low_halves(_mm256_srli_epi32(x, 16)));
+		}
+}
+
 /* kv_accum_q_avx2 for nc chunks of 64 channels (a constant where inlined). */
 INLINE void accum_q4(uint32_t nc, const uint16_t *par, const uint8_t *codes, uint32_t n, const float *w, size_t stride,
 		     uint32_t nq, float *out)
@@ -43,11 +75,7 @@ INLINE void accum_q4(uint32_t nc, const uint16_t *par, const uint8_t *codes, uin
 	 * bytes of each lane, [1] of the high 8, [2] and [3] odd channels */
 	__m256i ilv[KV_Q_TILE / 2][KV_Q_MAX_NG / 2][4];
 
-	for (uint32_t g = 0; g < ng; g++)
-		for (uint32_t i = 0; i < nv * 8; i++) {
-			sp[g][i] = i < n ? _cvtsh_ss(par[((size_t)i * ng + g) * 2]) : 0.0f;
-			mp[g][i] = i < n ? _cvtsh_ss(par[((size_t)i * ng + g) * 2 + 1]) : 0.0f;
-		}
+	value_params(par, ng, n, nv, sp, mp);
 	for (uint32_t p = 0; p < np; p++)
 		for (uint32_t t = 0; t < nc; t++) {
 			__m256i ea, oa, eb = _mm256_setzero_si256(), ob = _mm256_setzero_si256();
