@@ -116,7 +116,8 @@ INLINE void score_q4(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint
 				}
 			for (uint32_t h = 0; h < nh; h++) {
 				__m256i acc[8];
-				float l[8];
+				__m256 lv;
+				float *dst = logit + (size_t)(h0 + h) * stride + i0;
 
 				/* |sum| <= d * 15 * 32767: within int32 */
 				for (uint32_t i = 0; i < 8; i++) {
@@ -124,11 +125,17 @@ INLINE void score_q4(uint32_t nc, const uint16_t *ps, const uint8_t *codes, uint
 					for (uint32_t k = 1; k < 4 * nc; k++)
 						acc[i] = DOT_I16(acc[i], kb[i][k], qv[h][k]);
 				}
-				_mm256_storeu_ps(l, _mm256_mul_ps(_mm256_set1_ps(scale),
-								 _mm256_fmadd_ps(_mm256_set1_ps(r[h]),
-										 _mm256_cvtepi32_ps(hsum8_epi32(acc)),
-										 _mm256_set1_ps(base[h]))));
-				memcpy(logit + (size_t)(h0 + h) * stride + i0, l, mr * sizeof(float));
+				lv = _mm256_mul_ps(_mm256_set1_ps(scale),
+						   _mm256_fmadd_ps(_mm256_set1_ps(r[h]), _mm256_cvtepi32_ps(hsum8_epi32(acc)),
+								   _mm256_set1_ps(base[h])));
+				if (mr == 8) { /* a store, not a call: this runs per head and 8 rows */
+					_mm256_storeu_ps(dst, lv);
+				} else {
+					float l[8];
+
+					_mm256_storeu_ps(l, lv);
+					memcpy(dst, l, mr * sizeof(float));
+				}
 			}
 		}
 	}
