@@ -43,14 +43,8 @@ static bool loose(const struct kv_stream *st, const struct kv_page *pg)
 	       (pg->n_used < pg->cap || pg->cap < full_cap(st, pg->fmt));
 }
 
-/* Moves the last m slots of page a to the end of page b (same format and
- * rotation, b has room), in the pages' own (possibly rotated) space. Per-slot
- * formats copy exactly (f16 and q8 rows decode and re-encode to the same
- * bits); packed ones re-pack b with its slots and the new ones (K and V:
- * scratch for b->cap rows) on b's grid where it covers them, as when the
- * policy tops a page up. */
-/* Scratch of in-place packing: rows of the largest page, and for a bitmap
- * page their positions, score codes and sort indices. */
+/* Scratch of in-place packing: rows of the largest page, and their
+ * positions, score codes and sort indices. */
 struct pack_buf {
 	float *K, *V;
 	int32_t *pos;
@@ -58,6 +52,12 @@ struct pack_buf {
 	uint32_t *idx;
 };
 
+/* Moves the last m slots of page a to the end of page b (same format and
+ * rotation, b has room), in the pages' own (possibly rotated) space. Per-slot
+ * formats copy exactly (f16 and q8 rows decode and re-encode to the same
+ * bits); packed ones re-pack b with its slots and the new ones (sorted by
+ * position when b keeps them so: kv_page_set_rows) on b's grid where it
+ * covers them, as when the policy tops a page up. */
 static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a, struct kv_page *b, uint32_t m,
 		       const struct pack_buf *pb)
 {
@@ -69,20 +69,13 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 		kv_tier_load_v_slots(b->fmt, b->v, b->cap, d, 0, nb, V);
 		kv_tier_load_k_slots(a->fmt, a->k, a->cap, d, na, m, K + (size_t)nb * d);
 		kv_tier_load_v_slots(a->fmt, a->v, a->cap, d, na, m, V + (size_t)nb * d);
-		if (b->flags & KV_PAGE_POSBM) {
-			/* b stays sorted: its slots and the new ones, by position */
-			for (uint32_t j = 0; j < nb; j++)
-				pb->pos[j] = kv_slot_pos(b, j);
-			for (uint32_t j = 0; j < m; j++)
-				pb->pos[nb + j] = kv_slot_pos(a, na + j);
-			memcpy(pb->score, kv_page_scores(b), nb * sizeof *pb->score);
-			memcpy(pb->score + nb, kv_page_scores(a) + na, m * sizeof *pb->score);
-			kv_page_set_rows(b, K, V, pb->pos, pb->score, nb + m, pb->idx);
-			kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
-			kv_stream_set_used(s, st, b, nb + m);
-			kv_stream_set_used(s, st, a, na);
-			return;
-		}
+		for (uint32_t j = 0; j < nb; j++)
+			pb->pos[j] = kv_slot_pos(b, j);
+		for (uint32_t j = 0; j < m; j++)
+			pb->pos[nb + j] = kv_slot_pos(a, na + j);
+		memcpy(pb->score, kv_page_scores(b), nb * sizeof *pb->score);
+		memcpy(pb->score + nb, kv_page_scores(a) + na, m * sizeof *pb->score);
+		kv_page_set_rows(b, K, V, pb->pos, pb->score, nb + m, pb->idx);
 		kv_tier_repack(b->fmt, b->k, b->v, b->cap, d, K, V, nb + m);
 	} else {
 		float k[KV_MAX_HEAD_DIM], v[KV_MAX_HEAD_DIM];
@@ -92,8 +85,8 @@ static void move_slots(struct kv_seq *s, struct kv_stream *st, struct kv_page *a
 			kv_tier_load_v(a->fmt, a->v, a->cap, d, na + j, v);
 			kv_tier_store(b->fmt, b->k, b->v, b->cap, d, nb + j, k, v);
 		}
+		kv_slot_copy(b, nb, a, na, m);
 	}
-	kv_slot_copy(b, nb, a, na, m);
 	kv_stream_set_used(s, st, b, nb + m);
 	kv_stream_set_used(s, st, a, na);
 }

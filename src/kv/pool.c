@@ -206,9 +206,7 @@ struct kv_page *kv_pool_get_form(struct kv_pool *p, uint32_t head_dim, uint32_t 
 struct kv_page *kv_pool_get_span(struct kv_pool *p, uint32_t head_dim, uint32_t fmt, uint32_t cap, uint32_t form,
 				 int32_t lo, int32_t hi, int *why)
 {
-	if (form & KV_PAGE_POSBM)
-		return get_page(p, head_dim, fmt, cap, form, lo, kv_bm_words(lo, hi), why);
-	return get_page(p, head_dim, fmt, cap, form, lo, 0, why);
+	return get_page(p, head_dim, fmt, cap, form, lo, form & KV_PAGE_POSBM ? kv_bm_words(lo, hi) : 0, why);
 }
 
 struct kv_page *kv_pool_get_like(struct kv_pool *p, const struct kv_page *src, int *why)
