@@ -176,6 +176,7 @@ int gov_make_room(struct tkv_engine *e, size_t need)
 {
 	struct kv_pool_stats ps;
 	size_t budget = kv_pool_budget(e->pool);
+	bool fits;
 
 	if (!budget)
 		return TKV_OK;
@@ -184,16 +185,18 @@ int gov_make_room(struct tkv_engine *e, size_t need)
 		gov_raise(e, &ps, need, budget);
 		return TKV_OK;
 	}
-	/* the new pages of a token or chunk may take the room above gov_high
-	 * for the moment: the round after it demotes the new slots and the
-	 * pool shrinks back. Lowering every cap by a whole page per stream
-	 * before it (need) evicted in bursts that the next raise could not
-	 * bring back: tierkv eval's pool rows were 10-20% worse by KL than
-	 * caps holding the same bytes. Only a pool past gov_high, or new pages
-	 * that would pass --kv-mem, lower the caps. */
-	if ((double)ps.allocated <= e->params.kv.gov_high * (double)budget && ps.allocated + need <= budget)
+	/* the new pages of a token or chunk (need) may take the room above
+	 * gov_high for the moment: the round after it demotes the new slots
+	 * and the pool shrinks back. Lowering every cap by a whole page per
+	 * stream ahead of those pages evicted in bursts that the next raise
+	 * could not bring back: tierkv eval's pool rows were 10-20% worse by
+	 * KL than caps holding the same bytes. Only a pool past gov_high, or
+	 * new pages that would pass --kv-mem, lower the caps; the pages count
+	 * in the target only in the second case. */
+	fits = ps.allocated + need <= budget;
+	if (fits && (double)ps.allocated <= e->params.kv.gov_high * (double)budget)
 		return TKV_OK;
-	if (ps.allocated + need <= budget)
+	if (fits)
 		need = 0;
 	/* first drop cached prefixes nobody uses */
 	if (e->prefix) {
