@@ -211,10 +211,12 @@ static const ops_panel_fn ref_panel[TKV_DTYPE_COUNT] = {
 
 static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref, [TKV_Q4_K] = gemv_q4_k_x8_ref, [TKV_Q6_K] = gemv_q6_k_x8_ref, [TKV_Q5_K] = gemv_q5_k_x8_ref,
+	[TKV_Q4_1] = gemv_q4_1_x8_ref, [TKV_Q5_0] = gemv_q5_0_x8_ref, [TKV_Q5_1] = gemv_q5_1_x8_ref,
 };
 
 static const ops_pack_x8_fn ref_pack_x8[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = pack_q4_0_x8_ref, [TKV_Q4_K] = pack_q4_k_x8_ref, [TKV_Q6_K] = pack_q6_k_x8_ref, [TKV_Q5_K] = pack_q5_k_x8_ref,
+	[TKV_Q4_1] = pack_q4_1_x8_ref, [TKV_Q5_0] = pack_q5_0_x8_ref, [TKV_Q5_1] = pack_q5_1_x8_ref,
 };
 
 static const ops_quant_act_fn ref_act[OPS_ACT_COUNT] = {
@@ -712,13 +714,20 @@ static void test_matmul_threads(void **state)
 static void test_interleaved(void **state)
 {
 	enum { COLS = 512, ROWS = 48, NTOK = 19 };
-	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K };
+	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K, TKV_Q4_1, TKV_Q5_0, TKV_Q5_1 };
 	static unsigned char w[ROWS * COLS * 2], packed[ROWS * COLS * 2];
 	static unsigned char want_panel[COLS / 32 * OPS_PANEL_BLOCK], got_panel[COLS / 32 * OPS_PANEL_BLOCK];
 	static struct blk_q8_32 act[NTOK][COLS / 32]; /* room for either format: 40 > 292 / 8 bytes a 32 */
 	static float av[NTOK][COLS];
 	static float x[NTOK * COLS], y_rows[NTOK * ROWS], y_x8[NTOK * ROWS];
 	float s_ref[OPS_PANEL_COLS * 8], s_simd[OPS_PANEL_COLS * 8], dots[8];
+#if HAVE_X86
+	/* the AVX2 group dots where the selected ones may be others */
+	static const ops_gemv_x8_fn x8_avx2[TKV_DTYPE_COUNT] = {
+		[TKV_Q4_K] = gemv_q4_k_x8_avx2, [TKV_Q5_K] = gemv_q5_k_x8_avx2, [TKV_Q6_K] = gemv_q6_k_x8_avx2,
+		[TKV_Q4_1] = gemv_q4_1_x8_avx2, [TKV_Q5_0] = gemv_q5_0_x8_avx2, [TKV_Q5_1] = gemv_q5_1_x8_avx2,
+	};
+#endif
 	size_t work_size = ops_matmul_work_size(COLS, NTOK, 2);
 	void *work = malloc(work_size);
 	struct tpool *tp;
@@ -765,12 +774,10 @@ static void test_interleaved(void **state)
 				k->gemv_x8(COLS, grp, act, as, nc, s_simd, 8);
 #if HAVE_X86
 				/* the AVX2 version, where the selected one is another */
-				if ((type == TKV_Q4_K || type == TKV_Q5_K || type == TKV_Q6_K) && cpu_features()->avx2) {
+				if (x8_avx2[type] && cpu_features()->avx2) {
 					float s_avx2[OPS_PANEL_COLS * 8];
 
-					(type == TKV_Q4_K   ? gemv_q4_k_x8_avx2
-					 : type == TKV_Q5_K ? gemv_q5_k_x8_avx2
-							    : gemv_q6_k_x8_avx2)(COLS, grp, act, as, nc, s_avx2, 8);
+					x8_avx2[type](COLS, grp, act, as, nc, s_avx2, 8);
 					for (int i = 0; i < nc * 8; i++)
 						if (fabs((double)s_avx2[i] - s_simd[i]) > 1e-4 * (fabs((double)s_simd[i]) + 1.0))
 							fail_msg("%s x8 avx2 [%d]: %.9g, selected kernel %.9g", tkv_dtype_name(type), i,
@@ -886,6 +893,9 @@ static void test_avx512_kernels(void **state)
 			{ TKV_Q4_K, gemv_q4_k_x8_avx512 },
 			{ TKV_Q6_K, gemv_q6_k_x8_avx512 },
 			{ TKV_Q5_K, gemv_q5_k_x8_avx512 },
+			{ TKV_Q4_1, gemv_q4_1_x8_avx512 },
+			{ TKV_Q5_0, gemv_q5_0_x8_avx512 },
+			{ TKV_Q5_1, gemv_q5_1_x8_avx512 },
 		};
 		enum { XCOLS = 1024 };
 		static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4], w[8 * XCOLS * 2], packed[8 * XCOLS * 2];

@@ -50,6 +50,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops/dtype.h"
 #include "util/cpu.h"
@@ -267,6 +268,15 @@ enum ops_panel_kind { OPS_PANEL_NONE = 0, OPS_PANEL_U4, OPS_PANEL_U5, OPS_PANEL_
 #define OPS_PANEL_K6_BLOCK (2048 + 256 + 32)
 _Static_assert(OPS_PANEL_K6_BLOCK <= 8 * OPS_PANEL_BLOCK, "a q6_k panel fits the room of 8 blocks of 32");
 
+/* Puts row r's 32 values q, scale d and offset m into panel block pb. */
+static inline void ops_panel_put(uint8_t *pb, int r, const uint8_t q[32], float d, float m)
+{
+	for (int g = 0; g < 8; g++)
+		memcpy(pb + 32 * g + 4 * r, q + 4 * g, 4);
+	memcpy(pb + 256 + 4 * r, &d, sizeof d);
+	memcpy(pb + 288 + 4 * r, &m, sizeof m);
+}
+
 /* Packs nr (<= 8) rows of W, ws bytes apart, n elements each, into a panel;
  * rows nr..7 are zero. */
 typedef void (*ops_pack_fn)(const void *w, size_t ws, int nr, int64_t n, void *panel);
@@ -315,14 +325,30 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         element 4 (2c + 1) + e in its high one, then 64 bytes of top bits:
  *         bits 2q, 2q + 1 of byte 4 (8p + r) + e for element 4q + e
  *
- * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (the
- * k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers
+ *   q4_1, q5_0, q5_1: as q4_0, with what else the type has before the
+ *         nibbles: f16 d[8] | q4_1, q5_1: f16 m[8] | q5_0, q5_1: 32 bytes
+ *         of fifth bits | the nibbles, 4 x 32 bytes as q4_0's. The fifth
+ *         bits are 4 little-endian uint64 F[2p + h]: bit 32 t + 4 r + k of
+ *         F[2p + h] belongs to element 8 (2p + t) + 4 h + k of row r, the
+ *         value in the low (h = 0) or high (h = 1) nibble of byte 4 r + k of
+ *         part 2p + t, so that one 64-bit mask covers the nibbles of two
+ *         parts in one register (w = d q + m; q5_0: d (q - 16))
+ *                                                 160, 176 and 192 bytes
+ *
+ * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_1,
+ * q5_1: OPS_ACT_Q8_1; the k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers
  * of 16 int32 lanes, lane 8p + r holding 4 values of row r, so that one
  * vpdpbusd covers 8 rows and 2 sub-blocks, each row's sum stays in its
  * lanes, and the scales of a pair unpack to the lanes' order in one
  * widening. */
 #define OPS_X8_Q4_0 144
 #define OPS_X8_Q8_0 272
+#define OPS_X8_Q4_1 160
+#define OPS_X8_Q5_0 176
+#define OPS_X8_Q5_1 192
+/* Where a q4_1 / q5_0 / q5_1 group block's fifth bits and nibbles start. */
+#define OPS_X8N_FIFTH(min) (16 + 16 * (min))
+#define OPS_X8N_NIB(min, five) (16 + 16 * (min) + 32 * (five))
 #define OPS_X8_Q4_K 144
 #define OPS_X8_Q4_K_SB (8 * OPS_X8_Q4_K) /* bytes of a super-block of a group */
 #define OPS_X8_Q5_K 176
@@ -331,6 +357,11 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
 #define OPS_X8_Q6_K_SB (8 * OPS_X8_Q6_K)
 _Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
 		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0) &&
+		       OPS_X8_Q4_1 == OPS_PANEL_ROWS * sizeof(struct blk_q4_1) &&
+		       OPS_X8_Q5_0 == OPS_PANEL_ROWS * sizeof(struct blk_q5_0) &&
+		       OPS_X8_Q5_1 == OPS_PANEL_ROWS * sizeof(struct blk_q5_1) &&
+		       OPS_X8N_NIB(1, 1) + 128 == OPS_X8_Q5_1 && OPS_X8N_NIB(0, 1) + 128 == OPS_X8_Q5_0 &&
+		       OPS_X8N_NIB(1, 0) + 128 == OPS_X8_Q4_1 &&
 		       OPS_X8_Q4_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q4_k) &&
 		       OPS_X8_Q5_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q5_k) &&
 		       OPS_X8_Q6_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q6_k),
@@ -448,6 +479,19 @@ void dot_rows_iq4_nl_ref(int64_t n, const void *w, size_t ws, int nr, const void
 void dot_rows_q2_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q3_k_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_iq4_xs_ref(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+
+void repack_q4_1_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void repack_q5_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void repack_q5_1_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_q4_1_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_0_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_1_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q4_1_x8_ref(const void *group, int64_t n, void *panel);
+void pack_q5_0_x8_ref(const void *group, int64_t n, void *panel);
+void pack_q5_1_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_q4_1_x8_ref(const void *group, int r, int64_t n, float *out);
+void dequant_q5_0_x8_ref(const void *group, int r, int64_t n, float *out);
+void dequant_q5_1_x8_ref(const void *group, int r, int64_t n, float *out);
 
 void pack_q4_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_q5_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);

@@ -482,14 +482,6 @@ int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 /* ---- panels (see ops_impl.h) ------------------------------------------------------ */
 
 /* Writes one block of one row into a panel block: 32 values, scale, offset. */
-static void panel_put(uint8_t *pb, int r, const uint8_t q[32], float d, float m)
-{
-	for (int g = 0; g < 8; g++)
-		memcpy(pb + 32 * g + 4 * r, q + 4 * g, 4);
-	memcpy(pb + 256 + 4 * r, &d, sizeof d);
-	memcpy(pb + 288 + 4 * r, &m, sizeof m);
-}
-
 /* The generic packer: decode(row, block, q, &d, &m) gives block b of a row. */
 void ops_pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel, ops_panel_decode_fn decode)
 {
@@ -502,11 +494,11 @@ void ops_pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel, ops
 			float d, m;
 
 			if (r >= nr) {
-				panel_put(pb, r, zero, 0.0f, 0.0f);
+				ops_panel_put(pb, r, zero, 0.0f, 0.0f);
 				continue;
 			}
 			decode((const char *)w + (size_t)r * ws, b, q, &d, &m);
-			panel_put(pb, r, q, d, m);
+			ops_panel_put(pb, r, q, d, m);
 		}
 }
 
@@ -776,7 +768,7 @@ void pack_q4_0_x8_ref(const void *group, int64_t n, void *panel)
 
 			for (int e = 0; e < 32; e++)
 				q[e] = (uint8_t)x8_q4_0(blk, r, e);
-			panel_put(pb, r, q, x8_d(blk, r), -8.0f * x8_d(blk, r));
+			ops_panel_put(pb, r, q, x8_d(blk, r), -8.0f * x8_d(blk, r));
 		}
 }
 
@@ -983,7 +975,7 @@ static void pack_k_x8_ref(const void *group, int64_t n, void *panel, int five)
 				float d, m;
 
 				decode_k_affine(v.qs, v.qh, v.scales, *v.d, *v.dmin, j, q, &d, &m);
-				panel_put((uint8_t *)panel + (size_t)(8 * b + j) * OPS_PANEL_BLOCK, r, q, d, m);
+				ops_panel_put((uint8_t *)panel + (size_t)(8 * b + j) * OPS_PANEL_BLOCK, r, q, d, m);
 			}
 		}
 }

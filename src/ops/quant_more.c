@@ -538,3 +538,184 @@ OPS_REF_ROWS(iq4_nl, blk_iq4_nl, blk_q8_32, 32)
 OPS_REF_ROWS(q2_k, blk_q2_k, blk_q8_256, QK_K)
 OPS_REF_ROWS(q3_k, blk_q3_k, blk_q8_256, QK_K)
 OPS_REF_ROWS(iq4_xs, blk_iq4_xs, blk_q8_256, QK_K)
+
+/* ---- q4_1, q5_0, q5_1 in the interleaved layout (ops_impl.h) ------------------------- */
+
+/* The layouts differ by whether a block has an offset m (q4_1, q5_1) and
+ * fifth bits (q5_0, q5_1). */
+static inline size_t x8n_block(int min, int five)
+{
+	return (size_t)OPS_X8N_NIB(min, five) + 128;
+}
+
+/* Byte and bit of the fifth bit of element e of row r in a group block. */
+static inline size_t x8n_fifth_at(int min, int r, int e, int *bit)
+{
+	int g = e / 8, h = (e % 8) / 4, k = e % 4, b = 32 * (g % 2) + 4 * r + k;
+
+	*bit = b % 8;
+	return (size_t)OPS_X8N_FIFTH(min) + 8 * (size_t)(2 * (g / 2) + h) + (size_t)(b / 8);
+}
+
+/* Element e (0..31) of row r of a group block: 0..15 or 0..31. */
+static inline int x8n_value(const uint8_t *blk, int min, int five, int r, int e)
+{
+	int g = e / 8, k = e % 8, bit;
+	int v = (blk[OPS_X8N_NIB(min, five) + 32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
+
+	if (five) {
+		size_t at = x8n_fifth_at(min, r, e, &bit);
+
+		v |= ((blk[at] >> bit) & 1) << 4;
+	}
+	return v;
+}
+
+static inline float x8n_half(const uint8_t *blk, size_t at)
+{
+	uint16_t h;
+
+	memcpy(&h, blk + at, sizeof h);
+	return F16(h);
+}
+
+/* Row r's 32 values v (0..31) into a group block: its nibbles, and its
+ * fifth bits into the (zeroed) words they share with the other rows. */
+static inline void x8n_put(uint8_t *o, int r, const uint8_t v[32], int min, int five)
+{
+	uint8_t *nib = o + OPS_X8N_NIB(min, five), *f = o + OPS_X8N_FIFTH(min);
+
+	for (int g = 0; g < 4; g++)
+		for (int k = 0; k < 4; k++)
+			nib[32 * g + 4 * r + k] = (uint8_t)((v[8 * g + k] & 15) | (v[8 * g + 4 + k] & 15) << 4);
+	if (five)
+		for (int g = 0; g < 4; g++)
+			for (int h = 0; h < 2; h++) {
+				const uint8_t *u = v + 8 * g + 4 * h;
+				unsigned bits = (unsigned)(u[0] >> 4 | (u[1] >> 4) << 1 | (u[2] >> 4) << 2 | (u[3] >> 4) << 3);
+
+				/* bits 4r .. 4r + 3 of half g % 2 of word 2 (g / 2) + h */
+				f[16 * (g / 2) + 8 * h + 4 * (g % 2) + r / 2] |= (uint8_t)(bits << (4 * (r % 2)));
+			}
+}
+
+/* The 32 values of a q4_1 / q5_0 / q5_1 block's 16 bytes of nibbles and
+ * (qh, NULL for q4_1) fifth bits. */
+static inline void x8n_values(const uint8_t *qs, const uint8_t *qh, uint8_t v[32])
+{
+	uint32_t h = 0;
+
+	if (qh)
+		memcpy(&h, qh, sizeof h);
+	for (int e = 0; e < 16; e++) {
+		v[e] = (uint8_t)((qs[e] & 15) | ((h >> e) & 1) << 4);
+		v[e + 16] = (uint8_t)((qs[e] >> 4) | ((h >> (e + 16)) & 1) << 4);
+	}
+}
+
+/* Load-time only, so scalar everywhere. BLK's d (and m) come first; QH is
+ * the block's fifth bits (NULL: none). */
+#define X8N_REPACK(NAME, BLK, MIN, FIVE, QH)                                                             \
+	void repack_##NAME##_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)            \
+	{                                                                                                \
+		uint8_t *o = dst;                                                                        \
+		for (int64_t r0 = 0; r0 < rows; r0 += 8)                                                 \
+			for (int64_t b = 0; b < n / 32; b++, o += x8n_block(MIN, FIVE)) {               \
+				memset(o + OPS_X8N_FIFTH(MIN), 0, 32 * (FIVE));                          \
+				for (int r = 0; r < 8; r++) {                                            \
+					const BLK *x = (const BLK *)((const char *)w + (size_t)(r0 + r) * ws) + b; \
+					uint8_t v[32];                                                   \
+					memcpy(o + 2 * r, &x->d, 2);                                     \
+					if (MIN)                                                         \
+						memcpy(o + 16 + 2 * r, (const char *)x + 2, 2);          \
+					x8n_values(x->qs, QH, v);                                        \
+					x8n_put(o, r, v, MIN, FIVE);                                     \
+				}                                                                        \
+			}                                                                                \
+	}
+
+/* q4_1 and q5_1 keep m right after d. */
+_Static_assert(offsetof(struct blk_q4_1, m) == 2 && offsetof(struct blk_q5_1, m) == 2,
+	       "q4_1 and q5_1 blocks hold m right after d");
+
+X8N_REPACK(q4_1, struct blk_q4_1, 1, 0, NULL)
+X8N_REPACK(q5_0, struct blk_q5_0, 0, 1, x->qh)
+X8N_REPACK(q5_1, struct blk_q5_1, 1, 1, x->qh)
+
+/* The same sums, in the same float order, as dot_q4_1 / dot_q5_0 / dot_q5_1. */
+static void gemv_x8n_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss, int min,
+			 int five)
+{
+	const int off = min ? 0 : 16;
+
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *blk = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / 32; b++, blk += x8n_block(min, five)) {
+				int isum = 0;
+
+				for (int e = 0; e < 32; e++)
+					isum += (x8n_value(blk, min, five, r, e) - off) * y[b].qs[e];
+				if (min)
+					sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum +
+					       x8n_half(blk, 16 + 2 * (size_t)r) * y[b].s;
+				else
+					sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum;
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+/* Row r, as deq_q4_1 / deq_q5_0 / deq_q5_1 give it. */
+static void dequant_x8n_ref(const void *group, int r, int64_t n, float *out, int min, int five)
+{
+	const uint8_t *blk = group;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += x8n_block(min, five)) {
+		float d = x8n_half(blk, 2 * (size_t)r), m = min ? x8n_half(blk, 16 + 2 * (size_t)r) : 0.0f;
+
+		for (int e = 0; e < 32; e++)
+			out[32 * b + e] = min ? (float)x8n_value(blk, min, five, r, e) * d + m
+					      : (float)(x8n_value(blk, min, five, r, e) - 16) * d;
+	}
+}
+
+/* The panel of decode_q4_1 / decode_q5_0 / decode_q5_1. */
+static void pack_x8n_ref(const void *group, int64_t n, void *panel, int min, int five)
+{
+	const uint8_t *blk = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += x8n_block(min, five), pb += OPS_PANEL_BLOCK)
+		for (int r = 0; r < 8; r++) {
+			uint8_t q[32];
+			float d = x8n_half(blk, 2 * (size_t)r);
+
+			for (int e = 0; e < 32; e++)
+				q[e] = (uint8_t)x8n_value(blk, min, five, r, e);
+			ops_panel_put(pb, r, q, d, min ? x8n_half(blk, 16 + 2 * (size_t)r) : -16.0f * d);
+		}
+}
+
+#define X8N_REFS(NAME, MIN, FIVE)                                                                              \
+	void gemv_##NAME##_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss) \
+	{                                                                                                      \
+		gemv_x8n_ref(n, group, a, as, nc, s, ss, MIN, FIVE);                                           \
+	}                                                                                                      \
+	void dequant_##NAME##_x8_ref(const void *group, int r, int64_t n, float *out)                          \
+	{                                                                                                      \
+		dequant_x8n_ref(group, r, n, out, MIN, FIVE);                                                  \
+	}                                                                                                      \
+	void pack_##NAME##_x8_ref(const void *group, int64_t n, void *panel)                                   \
+	{                                                                                                      \
+		pack_x8n_ref(group, n, panel, MIN, FIVE);                                                      \
+	}
+
+X8N_REFS(q4_1, 1, 0)
+X8N_REFS(q5_0, 0, 1)
+X8N_REFS(q5_1, 1, 1)

@@ -322,19 +322,27 @@ static inline __m512 d_pair(const uint8_t *blk, __m256 *d8)
 	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(*d8)), _mm256_castps_pd(*d8), 1));
 }
 
+/* The group layouts of blocks of 32 that x8_cols_512 reads (ops_impl.h). */
+enum x8_kind { X8_Q4_0, X8_Q8_0, X8_Q4_1, X8_Q5_0, X8_Q5_1 };
+
 /* Groups of 8 rows against nc activation rows. A register holds two parts
  * of a block (4 bytes of each of the 8 rows per part); each row's products
  * add up in lanes r and 8 + r, folded at the end. Unsigned weight values
- * are w + off (q4_0: the nibbles, off = 8; q8_0: w ^ 0x80, off = 128); the
- * offset comes off as off * sum over blocks of d s_y. */
+ * are w + off (q4_0: the nibbles, off = 8; q5_0: with the fifth bits added
+ * under their 64-bit masks, off = 16; q8_0: w ^ 0x80, off = 128); the offset
+ * comes off as off * sum over blocks of d s_y. q4_1 and q5_1 (w = d q + m)
+ * add m s_y instead. */
 static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const uint8_t *grp, const void *a,
-							      size_t as, int nc, float *s, size_t ss, int q8)
+							      size_t as, int nc, float *s, size_t ss, enum x8_kind kind)
 {
-	const __m512i m15 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80);
+	const __m512i m15 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80), c16 = _mm512_set1_epi8(16);
+	const int q8 = kind == X8_Q8_0, min = kind == X8_Q4_1 || kind == X8_Q5_1;
+	const int five = kind == X8_Q5_0 || kind == X8_Q5_1;
+	const size_t nib = OPS_X8N_NIB(min, five), bs = q8 ? OPS_X8_Q8_0 : nib + 128;
+	const float off = q8 ? 128.0f : five ? 16.0f : 8.0f;
 	const struct blk_q8_32 *y[OPS_PANEL_COLS];
 	__m512 acc[OPS_PANEL_COLS];
 	__m256 corr[OPS_PANEL_COLS];
-	const size_t bs = q8 ? OPS_X8_Q8_0 : OPS_X8_Q4_0;
 	const uint8_t *blk = grp;
 
 	for (int c = 0; c < nc; c++) {
@@ -346,6 +354,7 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 		__m512i isum[OPS_PANEL_COLS], yv[OPS_PANEL_COLS];
 		__m256 d8;
 		__m512 d = d_pair(blk, &d8);
+		__m256 m8 = min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16))) : d8;
 
 		for (int c = 0; c < nc; c++) {
 			isum[c] = _mm512_setzero_si512();
@@ -361,10 +370,18 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 			}
 		} else {
 			for (int p = 0; p < 2; p++) {
-				__m512i q = _mm512_loadu_si512((const void *)(blk + 16 + 64 * p));
+				__m512i q = _mm512_loadu_si512((const void *)(blk + nib + 64 * p));
 				__m512i lo = _mm512_and_si512(q, m15), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m15);
 				__m512i ilo = dw_pair(4 * p, 4 * p + 2), ihi = dw_pair(4 * p + 1, 4 * p + 3);
 
+				if (five) {
+					uint64_t flo, fhi;
+
+					memcpy(&flo, blk + OPS_X8N_FIFTH(min) + 16 * p, sizeof flo);
+					memcpy(&fhi, blk + OPS_X8N_FIFTH(min) + 16 * p + 8, sizeof fhi);
+					lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(flo), lo, c16);
+					hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(fhi), hi, c16);
+				}
 				for (int c = 0; c < nc; c++) {
 					isum[c] = _mm512_dpbusd_epi32(isum[c], lo, _mm512_permutexvar_epi32(ilo, yv[c]));
 					isum[c] = _mm512_dpbusd_epi32(isum[c], hi, _mm512_permutexvar_epi32(ihi, yv[c]));
@@ -373,13 +390,14 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 		}
 		for (int c = 0; c < nc; c++) {
 			acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y[c][b].d)), acc[c]);
-			corr[c] = _mm256_fmadd_ps(d8, _mm256_set1_ps(y[c][b].s), corr[c]);
+			corr[c] = _mm256_fmadd_ps(m8, _mm256_set1_ps(y[c][b].s), corr[c]);
 		}
 	}
 	for (int c = 0; c < nc; c++) {
 		__m256 sum = _mm256_add_ps(_mm512_castps512_ps256(acc[c]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c]), 1)));
 
-		_mm256_storeu_ps(s + (size_t)c * ss, _mm256_fnmadd_ps(_mm256_set1_ps(q8 ? 128.0f : 8.0f), corr[c], sum));
+		_mm256_storeu_ps(s + (size_t)c * ss, min ? _mm256_add_ps(sum, corr[c])
+							 : _mm256_fnmadd_ps(_mm256_set1_ps(off), corr[c], sum));
 	}
 }
 
@@ -389,11 +407,17 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 		OPS_COLS_SWITCH8(nc, CALL)                                                           \
 	}
 
-#define CALL_Q4_0(k) x8_cols_512(n, group, a, as, k, s, ss, 0)
-#define CALL_Q8_0(k) x8_cols_512(n, group, a, as, k, s, ss, 1)
+#define CALL_Q4_0(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q4_0)
+#define CALL_Q8_0(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q8_0)
+#define CALL_Q4_1(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q4_1)
+#define CALL_Q5_0(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q5_0)
+#define CALL_Q5_1(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q5_1)
 
 COLS_DISPATCH(gemv_q4_0_x8_avx512, CALL_Q4_0)
 COLS_DISPATCH(gemv_q8_0_x8_avx512, CALL_Q8_0)
+COLS_DISPATCH(gemv_q4_1_x8_avx512, CALL_Q4_1)
+COLS_DISPATCH(gemv_q5_0_x8_avx512, CALL_Q5_0)
+COLS_DISPATCH(gemv_q5_1_x8_avx512, CALL_Q5_1)
 
 /* ---- two panels at once (prefill) ------------------------------------------------------ */
 

@@ -289,3 +289,132 @@ void pack_iq4_xs_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
 		panel_store(pb, u, _mm256_loadu_ps(d), _mm256_setzero_ps());
 	}
 }
+
+/* ---- q4_1, q5_0 and q5_1 in the interleaved layout (ops_impl.h) ------------------- */
+
+/* Groups of 8 rows, as q4_0's (quant_avx2.c): each part's nibbles in two
+ * registers of 4 elements x 8 rows, each row's products in its own int32
+ * lane; the fifth bits come in from their 32-bit masks. With fifth bits the
+ * int16 sums go to int32 after every two parts (4 x 2 x 31 x 127 < 2^15).
+ * The offset, m s (q4_1, q5_1) or -16 d s (q5_0), is a second pass over the
+ * blocks' scales (the registers are full in the first). */
+static inline __attribute__((always_inline)) void x8n_cols(int64_t n, const uint8_t *grp, const void *a, size_t as,
+							   int nc, float *s, size_t ss, int min, int five)
+{
+	const __m256i ones = _mm256_set1_epi16(1), m15 = _mm256_set1_epi8(15);
+	const size_t bs = OPS_X8N_NIB(min, five) + 128;
+	const int run = five ? 2 : 4; /* parts per int16 run */
+	const struct blk_q8_32 *y[OPS_PANEL_COLS];
+	__m256 acc[OPS_PANEL_COLS], corr[OPS_PANEL_COLS];
+	const uint8_t *blk = grp;
+
+	for (int c = 0; c < nc; c++) {
+		y[c] = (const void *)((const char *)a + (size_t)c * as);
+		acc[c] = _mm256_setzero_ps();
+		corr[c] = _mm256_setzero_ps();
+	}
+	for (int64_t b = 0; b < n / 32; b++, blk += bs) {
+		__m256i isum[OPS_PANEL_COLS];
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+
+		for (int c = 0; c < nc; c++)
+			isum[c] = _mm256_setzero_si256();
+		for (int g0 = 0; g0 < 4; g0 += run) {
+			__m256i s16[OPS_PANEL_COLS];
+
+			for (int c = 0; c < nc; c++)
+				s16[c] = _mm256_setzero_si256();
+			for (int g = g0; g < g0 + run; g++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + OPS_X8N_NIB(min, five) + 32 * g));
+				__m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+
+				if (five) {
+					const uint8_t *f = blk + OPS_X8N_FIFTH(min) + 16 * (g / 2) + 4 * (g % 2);
+
+					lo = _mm256_or_si256(lo, bit5_bytes(f));
+					hi = _mm256_or_si256(hi, bit5_bytes(f + 8));
+				}
+				for (int c = 0; c < nc; c++) {
+					s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, bcast4(y[c][b].qs + 8 * g)));
+					s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, bcast4(y[c][b].qs + 8 * g + 4)));
+				}
+			}
+			for (int c = 0; c < nc; c++)
+				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], ones));
+		}
+		for (int c = 0; c < nc; c++)
+			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
+	}
+	blk = grp;
+	for (int64_t b = 0; b < n / 32; b++, blk += bs) {
+		__m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + (min ? 16 : 0))));
+
+		for (int c = 0; c < nc; c++)
+			corr[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[c][b].s), corr[c]);
+	}
+	for (int c = 0; c < nc; c++)
+		_mm256_storeu_ps(s + (size_t)c * ss,
+				 min ? _mm256_add_ps(acc[c], corr[c]) : _mm256_fnmadd_ps(_mm256_set1_ps(16.0f), corr[c], acc[c]));
+}
+
+/* Up to 4 columns per pass: more would not stay in the 16 registers. */
+#define X8N_GEMV(NAME, MIN, FIVE)                                                                           \
+	void NAME(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)          \
+	{                                                                                                  \
+		for (; nc > 0; nc -= 4, a = (const char *)a + 4 * as, s += 4 * ss)                         \
+			switch (nc) {                                                                      \
+			case 1: x8n_cols(n, group, a, as, 1, s, ss, MIN, FIVE); break;                     \
+			case 2: x8n_cols(n, group, a, as, 2, s, ss, MIN, FIVE); break;                     \
+			case 3: x8n_cols(n, group, a, as, 3, s, ss, MIN, FIVE); break;                     \
+			default: x8n_cols(n, group, a, as, 4, s, ss, MIN, FIVE); break;                    \
+			}                                                                                  \
+	}
+
+X8N_GEMV(gemv_q4_1_x8_avx2, 1, 0)
+X8N_GEMV(gemv_q5_0_x8_avx2, 0, 1)
+X8N_GEMV(gemv_q5_1_x8_avx2, 1, 1)
+
+/* A group's blocks are a panel's already, but for the fifth bits and the
+ * split of each part's nibbles into two groups of 4 columns. */
+static inline __attribute__((always_inline)) void pack_x8n(const void *group, int64_t n, void *panel, int min, int five)
+{
+	const __m256i m15 = _mm256_set1_epi8(15);
+	const uint8_t *blk = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8N_NIB(min, five) + 128, pb += OPS_PANEL_BLOCK) {
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+
+		for (int g = 0; g < 4; g++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + OPS_X8N_NIB(min, five) + 32 * g));
+			__m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+
+			if (five) {
+				const uint8_t *f = blk + OPS_X8N_FIFTH(min) + 16 * (g / 2) + 4 * (g % 2);
+
+				lo = _mm256_or_si256(lo, bit5_bytes(f));
+				hi = _mm256_or_si256(hi, bit5_bytes(f + 8));
+			}
+			_mm256_storeu_si256((__m256i *)(pb + 64 * g), lo);
+			_mm256_storeu_si256((__m256i *)(pb + 64 * g + 32), hi);
+		}
+		_mm256_storeu_ps((float *)(pb + 256), d);
+		_mm256_storeu_ps((float *)(pb + 288), min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
+							  : _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)));
+	}
+}
+
+void pack_q4_1_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_x8n(group, n, panel, 1, 0);
+}
+
+void pack_q5_0_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_x8n(group, n, panel, 0, 1);
+}
+
+void pack_q5_1_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_x8n(group, n, panel, 1, 1);
+}

@@ -4,8 +4,9 @@
  * Compiled without -mavx2: nothing here runs the instructions. */
 #include "ops/arch/x86/x86.h"
 
-/* The types of quant_more.c: their row dots, their packs, and the shared panel kernels for
- * those with panels (q4_1: 0..15; q5_0, q5_1: 0..31; iq4: signed values). */
+/* The types of quant_more.c: their row dots, their packs, the shared panel kernels for
+ * those with panels (q4_1: 0..15; q5_0, q5_1: 0..31; iq4: signed values), and the
+ * interleaved groups of q4_1, q5_0 and q5_1. */
 static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
 {
 	types[TKV_Q4_1].dot_rows = dot_rows_q4_1_avx2;
@@ -20,6 +21,12 @@ static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
 	types[TKV_Q5_1].pack = pack_q5_1_avx2;
 	types[TKV_IQ4_NL].pack = pack_iq4_nl_avx2;
 	types[TKV_IQ4_XS].pack = pack_iq4_xs_avx2;
+	types[TKV_Q4_1].gemv_x8 = gemv_q4_1_x8_avx2;
+	types[TKV_Q5_0].gemv_x8 = gemv_q5_0_x8_avx2;
+	types[TKV_Q5_1].gemv_x8 = gemv_q5_1_x8_avx2;
+	types[TKV_Q4_1].pack_x8 = pack_q4_1_x8_avx2;
+	types[TKV_Q5_0].pack_x8 = pack_q5_0_x8_avx2;
+	types[TKV_Q5_1].pack_x8 = pack_q5_1_x8_avx2;
 	types[TKV_Q4_1].panel = panel_u4_avx2;
 	types[TKV_Q5_0].panel = panel_u5_avx2;
 	types[TKV_Q5_1].panel = panel_u5_avx2;
@@ -111,6 +118,9 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q4_K].gemv_x8 = gemv_q4_k_x8_avx512;
 	types[TKV_Q6_K].gemv_x8 = gemv_q6_k_x8_avx512;
 	types[TKV_Q5_K].gemv_x8 = gemv_q5_k_x8_avx512;
+	types[TKV_Q4_1].gemv_x8 = gemv_q4_1_x8_avx512;
+	types[TKV_Q5_0].gemv_x8 = gemv_q5_0_x8_avx512;
+	types[TKV_Q5_1].gemv_x8 = gemv_q5_1_x8_avx512;
 	/* prefill: 16 rows (two panels) per register for the unsigned panels */
 	for (int t = 0; t < TKV_DTYPE_COUNT; t++)
 		if (types[t].panel == panel_u_vnni)

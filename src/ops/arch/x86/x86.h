@@ -62,6 +62,12 @@ void dot_rows_iq4_nl_avx2(int64_t n, const void *w, size_t ws, int nr, const voi
 void dot_rows_q2_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q3_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_iq4_xs_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void gemv_q4_1_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_1_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q4_1_x8_avx2(const void *group, int64_t n, void *panel);
+void pack_q5_0_x8_avx2(const void *group, int64_t n, void *panel);
+void pack_q5_1_x8_avx2(const void *group, int64_t n, void *panel);
 
 void panel_u_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
@@ -79,6 +85,9 @@ void gemv_q8_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as,
 void gemv_q6_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q5_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q4_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q4_1_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q5_1_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 /* quant_more_avx512.c */
 void dot_rows_q4_1_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q5_0_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
