@@ -141,6 +141,8 @@ struct tkv_model;
 struct tkv_model_params {
 	struct tkv_alloc *alloc;   /* counting allocator (borrowed: must outlive the model);
 				    * NULL = uncounted */
+	int n_threads;             /* threads that copy and interleave the weights at load,
+				    * 1..512; 0 (default) = physical cores */
 };
 
 struct tkv_model_info {

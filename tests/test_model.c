@@ -137,6 +137,35 @@ static void test_chunking_invariant(void **state)
 	tkv_model_free(m);
 }
 
+/* The weights copied at load by one thread or by several give the same
+ * logits, bit for bit; a thread count out of range is refused. */
+static void test_load_threads(void **state)
+{
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_error err = { 0 };
+	struct tkv_model *m = NULL;
+	float ref[512], got[512];
+	const int counts[] = { 1, 3, 7 }, bad[] = { -1, 513 };
+
+	(void)state;
+	assert_int_equal(mp.n_threads, 0);
+	for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+		mp.n_threads = counts[i];
+		assert_int_equal(tkv_model_load(&m, model_path(), &mp, &err), TKV_OK);
+		run_prompt(m, 16, TKV_KV_F32, i ? got : ref, NULL);
+		tkv_model_free(m);
+		if (i)
+			assert_memory_equal(got, ref, sizeof ref);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		mp.n_threads = bad[i];
+		m = (struct tkv_model *)&err; /* must come back NULL */
+		assert_int_equal(tkv_model_load(&m, model_path(), &mp, &err), TKV_ERR_ARG);
+		assert_null(m);
+		assert_non_null(strstr(err.msg, "threads"));
+	}
+}
+
 static void test_bad_tokens_and_context(void **state)
 {
 	struct tkv_engine_params p = tkv_engine_default_params();
@@ -474,6 +503,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_info),
 		cmocka_unit_test(test_chunking_invariant),
+		cmocka_unit_test(test_load_threads),
 		cmocka_unit_test(test_bad_tokens_and_context),
 		cmocka_unit_test(test_kv_budget),
 		cmocka_unit_test(test_on_demand),

@@ -294,6 +294,8 @@ int cli_load_model(const char *cmd, const char *path, const struct tkv_engine_pa
 	struct tkv_error err = { 0 };
 	int st;
 
+	if (ep)
+		mp.n_threads = ep->n_threads; /* -t: the same threads copy the weights */
 	if ((st = tkv_model_load(out, path, &mp, &err))) {
 		cli_print_error(cmd, st, &err);
 		return CLI_ERR;

@@ -5,6 +5,8 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,6 +19,7 @@
 #include "util/alloc.h"
 #include "util/cpu.h"
 #include "util/status.h"
+#include "util/tpool.h"
 
 
 /* ---- loading ------------------------------------------------------------- */
@@ -584,15 +587,86 @@ static size_t mats_copy_size(struct ops_mat *const *mats, size_t n, bool all)
 	return total;
 }
 
-static int repack_weights(struct tkv_model *m, struct tkv_error *err)
+/* The copies of repack_weights, shared out among threads: each takes the
+ * next matrix, largest first, until none is left. */
+struct repack_job {
+	struct ops_mat **mats;
+	const size_t *order;   /* matrix indices, largest copy first */
+	const size_t *off;     /* each matrix's offset in the copy */
+	size_t n;              /* matrices with a copy */
+	bool all;
+	char *packed;
+	long page;
+	atomic_size_t next;
+};
+
+static void repack_one(struct repack_job *j, size_t i)
+{
+	struct ops_mat *w = j->mats[i];
+	size_t sz = mat_copy_size(w, j->all);
+	uintptr_t lo = ((uintptr_t)w->data + (uintptr_t)j->page - 1) & ~(uintptr_t)(j->page - 1);
+	uintptr_t hi = ((uintptr_t)w->data + sz) & ~(uintptr_t)(j->page - 1);
+	const void *src = w->data;
+
+	if (ops_repack_size(w)) {
+		ops_repack(w, j->packed + j->off[i]);
+	} else {
+		memcpy(j->packed + j->off[i], w->data, sz);
+		w->data = j->packed + j->off[i];
+	}
+	/* tkv_model_load's file is mapped PROT_READ, MAP_PRIVATE and never
+	 * written: dropping its pages only drops clean page-cache references */
+	if (j->page > 0 && hi > lo && src)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+static void *repack_worker(void *arg)
+{
+	struct repack_job *j = arg;
+	size_t k;
+
+	while ((k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n)
+		repack_one(j, j->order[k]);
+	return NULL;
+}
+
+/* Indices by copy size, largest first (a small insertion sort: a few hundred
+ * matrices, once per load). */
+static void repack_order(struct ops_mat *const *mats, size_t n, bool all, size_t *order, size_t *n_out)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t sz = mat_copy_size(mats[i], all), at = k++;
+
+		if (!sz) {
+			k--;
+			continue;
+		}
+		while (at > 0 && mat_copy_size(mats[order[at - 1]], all) < sz) {
+			order[at] = order[at - 1];
+			at--;
+		}
+		order[at] = i;
+	}
+	*n_out = k;
+}
+
+static int repack_weights(struct tkv_model *m, int n_threads, struct tkv_error *err)
 {
 	size_t cap = (size_t)m->info.n_layer * MODEL_MATS_PER_LAYER + 1, n, total, off = 0;
 	struct ops_mat **mats = tkv_calloc(m->alloc, cap, sizeof *mats);
-	long page = sysconf(_SC_PAGESIZE);
+	size_t *offs = tkv_calloc(m->alloc, 2 * cap, sizeof *offs);
 	bool tied = m->output.data == m->tok_embd.data, all = true;
+	struct repack_job job = { .mats = mats, .off = offs, .page = sysconf(_SC_PAGESIZE) };
+	pthread_t th[64];
+	int started = 0;
 
-	if (!mats)
+	if (!mats || !offs) {
+		tkv_free(m->alloc, mats);
+		tkv_free(m->alloc, offs);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory loading layers");
+	}
 	n = model_mats(m, mats, cap);
 	total = mats_copy_size(mats, n, all);
 	m->packed = total ? tkv_malloc(m->alloc, total) : NULL;
@@ -601,17 +675,14 @@ static int repack_weights(struct tkv_model *m, struct tkv_error *err)
 		total = mats_copy_size(mats, n, all);
 		m->packed = total ? tkv_malloc(m->alloc, total) : NULL;
 	}
-	if (total == 0) {
+	if (total && !m->packed) {
 		tkv_free(m->alloc, mats);
-		return TKV_OK;
-	}
-	if (!m->packed) {
-		tkv_free(m->alloc, mats);
+		tkv_free(m->alloc, offs);
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for %zu bytes of repacked weights", total);
 	}
 	m->packed_bytes = total;
 #ifdef MADV_HUGEPAGE
-	{
+	if (total) {
 		/* 2 MiB pages for the copy: the hardware prefetchers stop at page
 		 * boundaries, so a sequential read of 4 KiB pages keeps restarting */
 		uintptr_t lo = ((uintptr_t)m->packed + (2u << 20) - 1) & ~(uintptr_t)((2u << 20) - 1);
@@ -621,29 +692,29 @@ static int repack_weights(struct tkv_model *m, struct tkv_error *err)
 			madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 	}
 #endif
+	/* the copies keep the matrices' order in memory; threads fill them in
+	 * any order */
 	for (size_t i = 0; i < n; i++) {
-		size_t sz = mat_copy_size(mats[i], all);
-		uintptr_t lo, hi;
-
-		if (!sz)
-			continue;
-		lo = ((uintptr_t)mats[i]->data + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
-		hi = ((uintptr_t)mats[i]->data + sz) & ~(uintptr_t)(page - 1);
-		if (ops_repack_size(mats[i])) {
-			ops_repack(mats[i], (char *)m->packed + off);
-		} else {
-			memcpy((char *)m->packed + off, mats[i]->data, sz);
-			mats[i]->data = (char *)m->packed + off;
-		}
-		/* tkv_model_load's file is mapped PROT_READ, MAP_PRIVATE and never
-		 * written: dropping its pages only drops clean page-cache references */
-		if (page > 0 && hi > lo)
-			madvise((void *)lo, hi - lo, MADV_DONTNEED);
-		off += (sz + 63) & ~(size_t)63;
+		offs[i] = off;
+		off += (mat_copy_size(mats[i], all) + 63) & ~(size_t)63;
 	}
-	if (tied)
+	job.order = offs + cap;
+	repack_order(mats, n, all, offs + cap, &job.n);
+	job.all = all;
+	job.packed = m->packed;
+	atomic_init(&job.next, 0);
+	if (n_threads > (int)(sizeof th / sizeof th[0]))
+		n_threads = (int)(sizeof th / sizeof th[0]);
+	/* a thread that cannot start leaves its share to the others */
+	while (started < n_threads - 1 && (size_t)started + 1 < job.n && pthread_create(&th[started], NULL, repack_worker, &job) == 0)
+		started++;
+	repack_worker(&job);
+	for (int t = 0; t < started; t++)
+		pthread_join(th[t], NULL);
+	if (tied && total)
 		m->tok_embd = m->output;
 	tkv_free(m->alloc, mats);
+	tkv_free(m->alloc, offs);
 	return TKV_OK;
 }
 
@@ -668,6 +739,8 @@ int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_mo
 		return st;
 	if (!p)
 		p = &dp;
+	if (p->n_threads < 0 || p->n_threads > 512)
+		return tkv_errf(err, TKV_ERR_ARG, "load threads %d: must be 1..512 (0 = physical cores)", p->n_threads);
 	m = tkv_calloc(p->alloc, 1, sizeof *m);
 	if (!m)
 		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory loading %s", path);
@@ -679,7 +752,7 @@ int tkv_model_load(struct tkv_model **out, const char *path, const struct tkv_mo
 	if ((st = tok_init(&m->tok, m->gguf, p->alloc, err)))
 		goto out_free;
 	m->info.n_vocab = (uint32_t)tok_n_vocab(m->tok);
-	if ((st = load_tensors(m, err)) || (st = repack_weights(m, err)))
+	if ((st = load_tensors(m, err)) || (st = repack_weights(m, p->n_threads ? p->n_threads : tpool_default_threads(), err)))
 		goto out_free;
 	m->info.file_bytes = gguf_size(m->gguf);
 	*out = m;

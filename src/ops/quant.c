@@ -831,14 +831,24 @@ static void repack_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void 
 					o[32 + vm % 64] |= (uint8_t)((m & 15) << 4);
 					o[96 + vs % 32] |= (uint8_t)((sc >> 4) << (2 * (vs / 32)));
 					o[96 + vm % 32] |= (uint8_t)((m >> 4) << (2 * (vm / 32)));
-					for (int l = 0; l < 32; l++) {
-						int sh, bit, v = k_sub_value(x.qs, x.qh, j, l);
-						size_t at = x8_k_at(r, j, l, five, &sh, &bit);
+				}
+				/* byte 4 (8p + r) + e of chunk c of pair t: elements 8c + e
+				 * and 8c + 4 + e of sub-block 2t + p (x8_k_at) */
+				for (int j = 0; j < 8; j++) {
+					uint8_t *pair = o + 128 + X8_K_PAIR(five) * (j / 2);
 
-						o[at] |= (uint8_t)((v & 15) << sh);
-						if (five)
-							o[bit / 8] |= (uint8_t)((v >> 4) << (bit % 8));
-					}
+					for (int c = 0; c < 4; c++)
+						for (int e = 0; e < 4; e++) {
+							int by = 4 * (8 * (j % 2) + r) + e;
+							int v0 = k_sub_value(x.qs, x.qh, j, 8 * c + e);
+							int v1 = k_sub_value(x.qs, x.qh, j, 8 * c + 4 + e);
+
+							pair[64 * c + by] = (uint8_t)((v0 & 15) | (v1 & 15) << 4);
+							if (five) {
+								pair[256 + 16 * c + by / 8] |= (uint8_t)((v0 >> 4) << (by % 8));
+								pair[264 + 16 * c + by / 8] |= (uint8_t)((v1 >> 4) << (by % 8));
+							}
+						}
 				}
 			}
 		}
@@ -1028,14 +1038,20 @@ void repack_q6_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 				memcpy(o + 2 * r, &x->d, 2);
 				for (int g = 0; g < 16; g++)
 					o[16 + 8 * g + r] = (uint8_t)x->scales[g];
-				for (int e = 0; e < QK_K; e++) {
-					size_t lo, hi;
-					int ls, hs, v = q6_k_value(x, e);
+				/* lane 4 (8p + r) + k of unit u: elements 16 (2u + p) + 4q + k,
+				 * q = 0..3 (x8_q6_k_at) */
+				for (int u = 0; u < 8; u++)
+					for (int p = 0; p < 2; p++)
+						for (int k = 0; k < 4; k++) {
+							uint8_t *at = o + 144 + 192 * u + 4 * (8 * p + r) + k;
+							int e = 16 * (2 * u + p) + k;
+							int v0 = q6_k_value(x, e), v1 = q6_k_value(x, e + 4);
+							int v2 = q6_k_value(x, e + 8), v3 = q6_k_value(x, e + 12);
 
-					x8_q6_k_at(r, e, &lo, &ls, &hi, &hs);
-					o[lo] |= (uint8_t)((v & 15) << ls);
-					o[hi] |= (uint8_t)((v >> 4) << hs);
-				}
+							at[0] = (uint8_t)((v0 & 15) | (v1 & 15) << 4);
+							at[64] = (uint8_t)((v2 & 15) | (v3 & 15) << 4);
+							at[128] = (uint8_t)(v0 >> 4 | (v1 >> 4) << 2 | (v2 >> 4) << 4 | (v3 >> 4) << 6);
+						}
 			}
 		}
 }
