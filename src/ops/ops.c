@@ -149,12 +149,16 @@ static struct ops_type_kernels ops_types[TKV_DTYPE_COUNT] = {
 		       .dequant_x8 = dequant_q5_1_x8_ref, .x8_block = OPS_X8_Q5_1 },
 	[TKV_IQ4_NL] = { .act_type = OPS_ACT_Q8_32, .panel_act = OPS_ACT_Q8_32,
 			 .dequant = dequant_iq4_nl_ref, .dot_rows = dot_rows_iq4_nl_ref,
-			 .pack = pack_iq4_nl_ref, .panel = panel_s8_ref },
+			 .pack = pack_iq4_nl_ref, .panel = panel_s8_ref, .repack = repack_q4_0_x8,
+			 .gemv_x8 = gemv_iq4_nl_x8_ref, .pack_x8 = pack_iq4_nl_x8_ref,
+			 .dequant_x8 = dequant_iq4_nl_x8_ref, .x8_block = OPS_X8_IQ4_NL },
 	[TKV_Q2_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q2_k_ref, .dot_rows = dot_rows_q2_k_ref },
 	[TKV_Q3_K] = { .act_type = OPS_ACT_Q8_256, .dequant = dequant_q3_k_ref, .dot_rows = dot_rows_q3_k_ref },
 	[TKV_IQ4_XS] = { .act_type = OPS_ACT_Q8_256, .panel_act = OPS_ACT_Q8_K32,
 			 .dequant = dequant_iq4_xs_ref, .dot_rows = dot_rows_iq4_xs_ref,
-			 .pack = pack_iq4_xs_ref, .panel = panel_s8_ref },
+			 .pack = pack_iq4_xs_ref, .panel = panel_s8_ref, .repack = repack_iq4_xs_x8,
+			 .gemv_x8 = gemv_iq4_xs_x8_ref, .pack_x8 = pack_iq4_xs_x8_ref,
+			 .dequant_x8 = dequant_iq4_xs_x8_ref, .x8_block = OPS_X8_IQ4_XS },
 };
 
 static struct ops_act_kernels ops_act = {

@@ -334,6 +334,13 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         part 2p + t, so that one 64-bit mask covers the nibbles of two
  *         parts in one register (w = d q + m; q5_0: d (q - 16))
  *                                                 160, 176 and 192 bytes
+ *   iq4_nl: q4_0's bytes (the nibbles are codes of ops_iq4nl_values)   144 bytes
+ *   iq4_xs: a super-block of 8 rows (1088 bytes; x8_block 136): f16 d[8] |
+ *         the 6-bit scales (biased by 32) v = 8j + r of sub-block j of row
+ *         r as 32 bytes of low nibbles (v < 32 in the low, v >= 32 in the
+ *         high nibble of byte v % 32) and 16 bytes of top bits (bits
+ *         2 (v / 16), +1 of byte v % 16) | sub-block j (0..7): 4 x 32 bytes
+ *         of codes laid out as q4_0's parts
  *
  * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_1,
  * q5_1: OPS_ACT_Q8_1; the k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers
@@ -346,6 +353,9 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
 #define OPS_X8_Q4_1 160
 #define OPS_X8_Q5_0 176
 #define OPS_X8_Q5_1 192
+#define OPS_X8_IQ4_NL 144
+#define OPS_X8_IQ4_XS 136
+#define OPS_X8_IQ4_XS_SB (8 * OPS_X8_IQ4_XS)
 /* Where a q4_1 / q5_0 / q5_1 group block's fifth bits and nibbles start. */
 #define OPS_X8N_FIFTH(min) (16 + 16 * (min))
 #define OPS_X8N_NIB(min, five) (16 + 16 * (min) + 32 * (five))
@@ -358,6 +368,8 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
 _Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
 		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0) &&
 		       OPS_X8_Q4_1 == OPS_PANEL_ROWS * sizeof(struct blk_q4_1) &&
+		       OPS_X8_IQ4_NL == OPS_PANEL_ROWS * sizeof(struct blk_iq4_nl) &&
+		       OPS_X8_IQ4_XS_SB == OPS_PANEL_ROWS * sizeof(struct blk_iq4_xs) &&
 		       OPS_X8_Q5_0 == OPS_PANEL_ROWS * sizeof(struct blk_q5_0) &&
 		       OPS_X8_Q5_1 == OPS_PANEL_ROWS * sizeof(struct blk_q5_1) &&
 		       OPS_X8N_NIB(1, 1) + 128 == OPS_X8_Q5_1 && OPS_X8N_NIB(0, 1) + 128 == OPS_X8_Q5_0 &&
@@ -492,6 +504,13 @@ void pack_q5_1_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_q4_1_x8_ref(const void *group, int r, int64_t n, float *out);
 void dequant_q5_0_x8_ref(const void *group, int r, int64_t n, float *out);
 void dequant_q5_1_x8_ref(const void *group, int r, int64_t n, float *out);
+void gemv_iq4_nl_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_iq4_nl_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_iq4_nl_x8_ref(const void *group, int r, int64_t n, float *out);
+void repack_iq4_xs_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_iq4_xs_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_iq4_xs_x8_ref(const void *group, int64_t n, void *panel);
+void dequant_iq4_xs_x8_ref(const void *group, int r, int64_t n, float *out);
 
 void pack_q4_1_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void pack_q5_0_ref(const void *w, size_t ws, int nr, int64_t n, void *panel);

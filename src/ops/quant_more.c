@@ -719,3 +719,163 @@ static void pack_x8n_ref(const void *group, int64_t n, void *panel, int min, int
 X8N_REFS(q4_1, 1, 0)
 X8N_REFS(q5_0, 0, 1)
 X8N_REFS(q5_1, 1, 1)
+
+/* ---- iq4_nl and iq4_xs in the interleaved layout (ops_impl.h) ------------------------ */
+
+/* iq4_nl's block is q4_0's (f16 d, 16 bytes of nibbles), and so is its group
+ * block: repack_q4_0_x8 writes it. */
+_Static_assert(sizeof(struct blk_iq4_nl) == sizeof(struct blk_q4_0) && offsetof(struct blk_iq4_nl, qs) == 2,
+	       "iq4_nl blocks are laid out as q4_0's");
+
+/* The code (0..15) of element e of row r in 4 x 32 bytes of nibbles laid out
+ * as q4_0's group block. */
+static inline int x8_nib(const uint8_t *nib, int r, int e)
+{
+	int g = e / 8, k = e % 8;
+
+	return (nib[32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
+}
+
+void gemv_iq4_nl_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *blk = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL) {
+				int isum = 0;
+
+				for (int e = 0; e < 32; e++)
+					isum += ops_iq4nl_values[x8_nib(blk + 16, r, e)] * y[b].qs[e];
+				sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum;
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void dequant_iq4_nl_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *blk = group;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL) {
+		float d = x8n_half(blk, 2 * (size_t)r);
+
+		for (int e = 0; e < 32; e++)
+			out[32 * b + e] = d * (float)ops_iq4nl_values[x8_nib(blk + 16, r, e)];
+	}
+}
+
+void pack_iq4_nl_x8_ref(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *blk = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL, pb += OPS_PANEL_BLOCK)
+		for (int r = 0; r < 8; r++) {
+			uint8_t q[32];
+
+			for (int e = 0; e < 32; e++)
+				q[e] = (uint8_t)ops_iq4nl_values[x8_nib(blk + 16, r, e)];
+			ops_panel_put(pb, r, q, x8n_half(blk, 2 * (size_t)r), 0.0f);
+		}
+}
+
+/* iq4_xs: the 6-bit scale (biased by 32) of sub-block j of row r of a group
+ * super-block, v = 8 j + r. */
+static inline int x8_iq4_xs_scale(const uint8_t *sb, int r, int j)
+{
+	int v = 8 * j + r;
+
+	return ((sb[16 + v % 32] >> (v >= 32 ? 4 : 0)) & 15) | ((sb[48 + v % 16] >> (2 * (v / 16))) & 3) << 4;
+}
+
+void repack_iq4_xs_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_IQ4_XS_SB) {
+			memset(o + 16, 0, 48);
+			for (int r = 0; r < 8; r++) {
+				const struct blk_iq4_xs *x = (const struct blk_iq4_xs *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				for (int j = 0; j < 8; j++) {
+					int v = 8 * j + r, ls = iq4_xs_scale(x, j);
+					uint8_t *nib = o + 64 + 128 * j;
+
+					o[16 + v % 32] |= (uint8_t)((ls & 15) << (v >= 32 ? 4 : 0));
+					o[48 + v % 16] |= (uint8_t)((ls >> 4) << (2 * (v / 16)));
+					for (int g = 0; g < 4; g++)
+						for (int k = 0; k < 4; k++)
+							nib[32 * g + 4 * r + k] = (uint8_t)(nib32(x->qs + 16 * j, 8 * g + k) |
+											    nib32(x->qs + 16 * j, 8 * g + 4 + k) << 4);
+				}
+			}
+		}
+}
+
+/* The same sums, in the same order, as dot_iq4_xs. */
+void gemv_iq4_xs_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_256 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *sb = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB) {
+				int isum = 0;
+
+				for (int j = 0; j < 8; j++) {
+					int dot = 0;
+
+					for (int e = 0; e < 32; e++)
+						dot += ops_iq4nl_values[x8_nib(sb + 64 + 128 * j, r, e)] * y[b].qs[32 * j + e];
+					isum += (x8_iq4_xs_scale(sb, r, j) - 32) * dot;
+				}
+				sum += x8n_half(sb, 2 * (size_t)r) * y[b].d * (float)isum;
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void dequant_iq4_xs_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB) {
+		float d = x8n_half(sb, 2 * (size_t)r);
+
+		for (int j = 0; j < 8; j++) {
+			float dl = d * (float)(x8_iq4_xs_scale(sb, r, j) - 32);
+
+			for (int e = 0; e < 32; e++)
+				out[QK_K * b + 32 * j + e] = dl * (float)ops_iq4nl_values[x8_nib(sb + 64 + 128 * j, r, e)];
+		}
+	}
+}
+
+/* The panel of decode_iq4_xs: block i is sub-block i % 8 of super-block i / 8. */
+void pack_iq4_xs_x8_ref(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *sb = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB)
+		for (int j = 0; j < 8; j++, pb += OPS_PANEL_BLOCK)
+			for (int r = 0; r < 8; r++) {
+				uint8_t q[32];
+
+				for (int e = 0; e < 32; e++)
+					q[e] = (uint8_t)ops_iq4nl_values[x8_nib(sb + 64 + 128 * j, r, e)];
+				ops_panel_put(pb, r, q, x8n_half(sb, 2 * (size_t)r) * (float)(x8_iq4_xs_scale(sb, r, j) - 32),
+					      0.0f);
+			}
+}

@@ -323,23 +323,33 @@ static inline __m512 d_pair(const uint8_t *blk, __m256 *d8)
 }
 
 /* The group layouts of blocks of 32 that x8_cols_512 reads (ops_impl.h). */
-enum x8_kind { X8_Q4_0, X8_Q8_0, X8_Q4_1, X8_Q5_0, X8_Q5_1 };
+enum x8_kind { X8_Q4_0, X8_Q8_0, X8_Q4_1, X8_Q5_0, X8_Q5_1, X8_IQ4_NL };
+
+/* The iq4 values + 128 (1..241) in each 128-bit lane, for vpshufb. */
+static inline __m512i iq4_table128(void)
+{
+	__m128i t = _mm_add_epi8(_mm_loadu_si128((const __m128i *)ops_iq4nl_values), _mm_set1_epi8((char)128));
+
+	return _mm512_broadcast_i32x4(t);
+}
 
 /* Groups of 8 rows against nc activation rows. A register holds two parts
  * of a block (4 bytes of each of the 8 rows per part); each row's products
  * add up in lanes r and 8 + r, folded at the end. Unsigned weight values
  * are w + off (q4_0: the nibbles, off = 8; q5_0: with the fifth bits added
- * under their 64-bit masks, off = 16; q8_0: w ^ 0x80, off = 128); the offset
- * comes off as off * sum over blocks of d s_y. q4_1 and q5_1 (w = d q + m)
- * add m s_y instead. */
+ * under their 64-bit masks, off = 16; iq4_nl: its values + 128 looked up
+ * from the codes, off = 128; q8_0: w ^ 0x80, off = 128); the offset comes
+ * off as off * sum over blocks of d s_y. q4_1 and q5_1 (w = d q + m) add
+ * m s_y instead. */
 static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const uint8_t *grp, const void *a,
 							      size_t as, int nc, float *s, size_t ss, enum x8_kind kind)
 {
 	const __m512i m15 = _mm512_set1_epi8(15), flip = _mm512_set1_epi8((char)0x80), c16 = _mm512_set1_epi8(16);
 	const int q8 = kind == X8_Q8_0, min = kind == X8_Q4_1 || kind == X8_Q5_1;
-	const int five = kind == X8_Q5_0 || kind == X8_Q5_1;
+	const int five = kind == X8_Q5_0 || kind == X8_Q5_1, iq4 = kind == X8_IQ4_NL;
 	const size_t nib = OPS_X8N_NIB(min, five), bs = q8 ? OPS_X8_Q8_0 : nib + 128;
-	const float off = q8 ? 128.0f : five ? 16.0f : 8.0f;
+	const float off = q8 || iq4 ? 128.0f : five ? 16.0f : 8.0f;
+	const __m512i tbl = iq4_table128();
 	const struct blk_q8_32 *y[OPS_PANEL_COLS];
 	__m512 acc[OPS_PANEL_COLS];
 	__m256 corr[OPS_PANEL_COLS];
@@ -382,6 +392,10 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 					lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(flo), lo, c16);
 					hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(fhi), hi, c16);
 				}
+				if (iq4) {
+					lo = _mm512_shuffle_epi8(tbl, lo);
+					hi = _mm512_shuffle_epi8(tbl, hi);
+				}
 				for (int c = 0; c < nc; c++) {
 					isum[c] = _mm512_dpbusd_epi32(isum[c], lo, _mm512_permutexvar_epi32(ilo, yv[c]));
 					isum[c] = _mm512_dpbusd_epi32(isum[c], hi, _mm512_permutexvar_epi32(ihi, yv[c]));
@@ -412,12 +426,76 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 #define CALL_Q4_1(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q4_1)
 #define CALL_Q5_0(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q5_0)
 #define CALL_Q5_1(k) x8_cols_512(n, group, a, as, k, s, ss, X8_Q5_1)
+#define CALL_IQ4_NL(k) x8_cols_512(n, group, a, as, k, s, ss, X8_IQ4_NL)
 
 COLS_DISPATCH(gemv_q4_0_x8_avx512, CALL_Q4_0)
 COLS_DISPATCH(gemv_q8_0_x8_avx512, CALL_Q8_0)
 COLS_DISPATCH(gemv_q4_1_x8_avx512, CALL_Q4_1)
 COLS_DISPATCH(gemv_q5_0_x8_avx512, CALL_Q5_0)
 COLS_DISPATCH(gemv_q5_1_x8_avx512, CALL_Q5_1)
+COLS_DISPATCH(gemv_iq4_nl_x8_avx512, CALL_IQ4_NL)
+
+/* iq4_xs groups, one activation column: per sub-block, its codes as
+ * iq4_nl's (values + 128 against the int8 activations through vpdpbusd,
+ * lanes r and 8 + r for row r), times the rows' scales in int32; the 128
+ * comes off as 128 sum_j scale_j sum(y_j) per row, from the activations'
+ * 16-element sums. Integers exact, as the reference's; then d dy per
+ * super-block in float. */
+static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m512i m15 = _mm512_set1_epi8(15), tbl = iq4_table128();
+	const __m256i m15y = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+	const uint8_t *sb = group;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB) {
+		int8_t sc[64];
+		__m512i isum = _mm512_setzero_si512();
+		__m256i corr = _mm256_setzero_si256();
+
+		{
+			/* the 64 scales, v = 8j + r, less their bias */
+			__m256i lo = _mm256_loadu_si256((const __m256i *)(sb + 16));
+			__m128i h = _mm_loadu_si128((const __m128i *)(sb + 48));
+			__m256i h2 = _mm256_set_m128i(_mm_srli_epi16(h, 2), h);
+			__m256i h4 = _mm256_set_m128i(_mm_srli_epi16(h, 6), _mm_srli_epi16(h, 4));
+			__m256i s0 = _mm256_or_si256(_mm256_and_si256(lo, m15y), _mm256_slli_epi16(_mm256_and_si256(h2, m3), 4));
+			__m256i s1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m15y),
+						     _mm256_slli_epi16(_mm256_and_si256(h4, m3), 4));
+
+			_mm256_storeu_si256((__m256i *)sc, _mm256_sub_epi8(s0, _mm256_set1_epi8(32)));
+			_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_sub_epi8(s1, _mm256_set1_epi8(32)));
+		}
+		for (int j = 0; j < 8; j++) {
+			const uint8_t *blk = sb + 64 + 128 * j;
+			__m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * j)));
+			__m512i t = _mm512_setzero_si512();
+			__m256i s8 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j)));
+
+			for (int p = 0; p < 2; p++) {
+				__m512i q = _mm512_loadu_si512((const void *)(blk + 64 * p));
+				__m512i lo = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, m15));
+				__m512i hi = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m15));
+
+				t = _mm512_dpbusd_epi32(t, lo, _mm512_permutexvar_epi32(dw_pair(4 * p, 4 * p + 2), yv));
+				t = _mm512_dpbusd_epi32(t, hi, _mm512_permutexvar_epi32(dw_pair(4 * p + 1, 4 * p + 3), yv));
+			}
+			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t, _mm512_inserti64x4(_mm512_castsi256_si512(s8), s8, 1)));
+			corr = _mm256_add_epi32(corr, _mm256_mullo_epi32(s8, _mm256_set1_epi32(y[b].bsums[2 * j] + y[b].bsums[2 * j + 1])));
+		}
+		{
+			__m256i tot = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+			__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb));
+
+			tot = _mm256_sub_epi32(tot, _mm256_slli_epi32(corr, 7));
+			acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_mul_ps(d, _mm256_set1_ps(y[b].d)), acc);
+		}
+	}
+	_mm256_storeu_ps(s, acc);
+}
+
+OPS_X8_EACH_COL(gemv_iq4_xs_x8_avx512, gemv_iq4_xs_x8_col)
 
 /* ---- two panels at once (prefill) ------------------------------------------------------ */
 

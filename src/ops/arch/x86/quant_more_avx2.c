@@ -418,3 +418,154 @@ void pack_q5_1_x8_avx2(const void *group, int64_t n, void *panel)
 {
 	pack_x8n(group, n, panel, 1, 1);
 }
+
+/* ---- iq4_nl and iq4_xs in the interleaved layout ----------------------------------- */
+
+/* iq4_nl groups (q4_0's bytes): each part's codes in two registers of 4
+ * elements x 8 rows, looked up to their values and multiplied as |w| times
+ * y with w's sign (each int16 pair up to 2 x 127 x 127, so to int32 at
+ * once). */
+static inline __attribute__((always_inline)) void iq4_nl_x8_cols(int64_t n, const uint8_t *grp, const void *a,
+								 size_t as, int nc, float *s, size_t ss)
+{
+	const __m256i m15 = _mm256_set1_epi8(15);
+	const struct blk_q8_32 *y[OPS_PANEL_COLS];
+	__m256 acc[OPS_PANEL_COLS];
+	const uint8_t *blk = grp;
+
+	for (int c = 0; c < nc; c++) {
+		y[c] = (const void *)((const char *)a + (size_t)c * as);
+		acc[c] = _mm256_setzero_ps();
+	}
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL) {
+		__m256i isum[OPS_PANEL_COLS];
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+
+		for (int c = 0; c < nc; c++)
+			isum[c] = _mm256_setzero_si256();
+		for (int g = 0; g < 4; g++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
+			__m256i lo = iq4_lookup(_mm256_and_si256(q, m15));
+			__m256i hi = iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15));
+
+			for (int c = 0; c < nc; c++) {
+				isum[c] = _mm256_add_epi32(isum[c], sum4(maddss(lo, bcast4(y[c][b].qs + 8 * g))));
+				isum[c] = _mm256_add_epi32(isum[c], sum4(maddss(hi, bcast4(y[c][b].qs + 8 * g + 4))));
+			}
+		}
+		for (int c = 0; c < nc; c++)
+			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
+	}
+	for (int c = 0; c < nc; c++)
+		_mm256_storeu_ps(s + (size_t)c * ss, acc[c]);
+}
+
+void gemv_iq4_nl_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	for (; nc > 0; nc -= 4, a = (const char *)a + 4 * as, s += 4 * ss)
+		switch (nc) {
+		case 1: iq4_nl_x8_cols(n, group, a, as, 1, s, ss); break;
+		case 2: iq4_nl_x8_cols(n, group, a, as, 2, s, ss); break;
+		case 3: iq4_nl_x8_cols(n, group, a, as, 3, s, ss); break;
+		default: iq4_nl_x8_cols(n, group, a, as, 4, s, ss); break;
+		}
+}
+
+/* The 64 scales of an iq4_xs group super-block (ops_impl.h), v = 8j + r,
+ * less their bias, into sc. */
+static inline void iq4_xs_x8_scales(const uint8_t *sb, int8_t sc[64])
+{
+	const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+	__m256i lo = _mm256_loadu_si256((const __m256i *)(sb + 16));
+	__m128i h = _mm_loadu_si128((const __m128i *)(sb + 48));
+	__m256i h2 = _mm256_set_m128i(_mm_srli_epi16(h, 2), h);
+	__m256i h4 = _mm256_set_m128i(_mm_srli_epi16(h, 6), _mm_srli_epi16(h, 4));
+	__m256i s0 = _mm256_or_si256(_mm256_and_si256(lo, m15), _mm256_slli_epi16(_mm256_and_si256(h2, m3), 4));
+	__m256i s1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m15),
+				     _mm256_slli_epi16(_mm256_and_si256(h4, m3), 4));
+
+	_mm256_storeu_si256((__m256i *)sc, _mm256_sub_epi8(s0, _mm256_set1_epi8(32)));
+	_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_sub_epi8(s1, _mm256_set1_epi8(32)));
+}
+
+/* iq4_xs groups, one column: as iq4_nl's per sub-block, the int16 pair sums
+ * times the rows' scales through vpmaddwd (the scale of row r in both
+ * halves of lane r), as the row kernel does. */
+static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, float *s)
+{
+	const struct blk_q8_256 *y = a;
+	const __m256i m15 = _mm256_set1_epi8(15), low16 = _mm256_set1_epi32(0xffff);
+	const uint8_t *sb = group;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB) {
+		int8_t sc[64];
+		__m256i isum = _mm256_setzero_si256();
+
+		iq4_xs_x8_scales(sb, sc);
+		for (int j = 0; j < 8; j++) {
+			const uint8_t *blk = sb + 64 + 128 * j;
+			__m256i s32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j)));
+			__m256i s16 = _mm256_or_si256(_mm256_and_si256(s32, low16), _mm256_slli_epi32(s32, 16));
+
+			for (int g = 0; g < 4; g++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * g));
+				__m256i lo = iq4_lookup(_mm256_and_si256(q, m15));
+				__m256i hi = iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15));
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(maddss(lo, bcast4(y[b].qs + 32 * j + 8 * g)), s16));
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(maddss(hi, bcast4(y[b].qs + 32 * j + 8 * g + 4)), s16));
+			}
+		}
+		acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+				      _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)), _mm256_set1_ps(y[b].d)), acc);
+	}
+	_mm256_storeu_ps(s, acc);
+}
+
+OPS_X8_EACH_COL(gemv_iq4_xs_x8_avx2, gemv_iq4_xs_x8_col)
+
+/* Panels of signed values: the codes looked up, as pack_q4_0_x8_avx2
+ * splits the parts; iq4_xs's scale per sub-block goes into d. */
+static inline void pack_iq4_part(const uint8_t *nib, uint8_t *pb)
+{
+	const __m256i m15 = _mm256_set1_epi8(15);
+
+	for (int g = 0; g < 4; g++) {
+		__m256i q = _mm256_loadu_si256((const __m256i *)(nib + 32 * g));
+
+		_mm256_storeu_si256((__m256i *)(pb + 64 * g), iq4_lookup(_mm256_and_si256(q, m15)));
+		_mm256_storeu_si256((__m256i *)(pb + 64 * g + 32), iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15)));
+	}
+}
+
+void pack_iq4_nl_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *blk = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL, pb += OPS_PANEL_BLOCK) {
+		pack_iq4_part(blk + 16, pb);
+		_mm256_storeu_ps((float *)(pb + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)));
+		_mm256_storeu_ps((float *)(pb + 288), _mm256_setzero_ps());
+	}
+}
+
+void pack_iq4_xs_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	const uint8_t *sb = group;
+	uint8_t *pb = panel;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB) {
+		int8_t sc[64];
+		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb));
+
+		iq4_xs_x8_scales(sb, sc);
+		for (int j = 0; j < 8; j++, pb += OPS_PANEL_BLOCK) {
+			__m256 dl = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j)))));
+
+			pack_iq4_part(sb + 64 + 128 * j, pb);
+			_mm256_storeu_ps((float *)(pb + 256), dl);
+			_mm256_storeu_ps((float *)(pb + 288), _mm256_setzero_ps());
+		}
+	}
+}
