@@ -213,6 +213,7 @@ static const ops_gemv_x8_fn ref_x8[TKV_DTYPE_COUNT] = {
 	[TKV_Q4_0] = gemv_q4_0_x8_ref, [TKV_Q8_0] = gemv_q8_0_x8_ref, [TKV_Q4_K] = gemv_q4_k_x8_ref, [TKV_Q6_K] = gemv_q6_k_x8_ref, [TKV_Q5_K] = gemv_q5_k_x8_ref,
 	[TKV_Q4_1] = gemv_q4_1_x8_ref, [TKV_Q5_0] = gemv_q5_0_x8_ref, [TKV_Q5_1] = gemv_q5_1_x8_ref,
 	[TKV_IQ4_NL] = gemv_iq4_nl_x8_ref, [TKV_IQ4_XS] = gemv_iq4_xs_x8_ref,
+	[TKV_Q2_K] = gemv_q2_k_x8_ref, [TKV_Q3_K] = gemv_q3_k_x8_ref,
 };
 
 static const ops_pack_x8_fn ref_pack_x8[TKV_DTYPE_COUNT] = {
@@ -717,7 +718,7 @@ static void test_interleaved(void **state)
 {
 	enum { COLS = 512, ROWS = 48, NTOK = 19 };
 	static const uint32_t x8_types[] = { TKV_Q4_0, TKV_Q8_0, TKV_Q4_K, TKV_Q5_K, TKV_Q6_K, TKV_Q4_1, TKV_Q5_0, TKV_Q5_1,
-					     TKV_IQ4_NL, TKV_IQ4_XS };
+					     TKV_IQ4_NL, TKV_IQ4_XS, TKV_Q2_K, TKV_Q3_K };
 	static unsigned char w[ROWS * COLS * 2], packed[ROWS * COLS * 2];
 	static unsigned char want_panel[COLS / 32 * OPS_PANEL_BLOCK], got_panel[COLS / 32 * OPS_PANEL_BLOCK];
 	static struct blk_q8_32 act[NTOK][COLS / 32]; /* room for either format: 40 > 292 / 8 bytes a 32 */
@@ -730,6 +731,7 @@ static void test_interleaved(void **state)
 		[TKV_Q4_K] = gemv_q4_k_x8_avx2, [TKV_Q5_K] = gemv_q5_k_x8_avx2, [TKV_Q6_K] = gemv_q6_k_x8_avx2,
 		[TKV_Q4_1] = gemv_q4_1_x8_avx2, [TKV_Q5_0] = gemv_q5_0_x8_avx2, [TKV_Q5_1] = gemv_q5_1_x8_avx2,
 		[TKV_IQ4_NL] = gemv_iq4_nl_x8_avx2, [TKV_IQ4_XS] = gemv_iq4_xs_x8_avx2,
+		[TKV_Q2_K] = gemv_q2_k_x8_avx2, [TKV_Q3_K] = gemv_q3_k_x8_avx2,
 	};
 #endif
 	size_t work_size = ops_matmul_work_size(COLS, NTOK, 2);
@@ -853,7 +855,7 @@ static void test_interleaved(void **state)
 	}
 	/* types and shapes without the layout */
 	{
-		struct ops_mat m = { .data = w, .type = TKV_Q3_K, .rows = 8, .cols = 256, .row_bytes = 110 };
+		struct ops_mat m = { .data = w, .type = TKV_F16, .rows = 8, .cols = 256, .row_bytes = 512 };
 		struct ops_mat odd = { .data = w, .type = TKV_Q4_0, .rows = 12, .cols = 64, .row_bytes = 36 };
 
 		assert_int_equal(ops_repack_size(&m), 0);
@@ -902,6 +904,8 @@ static void test_avx512_kernels(void **state)
 			{ TKV_Q5_1, gemv_q5_1_x8_avx512 },
 			{ TKV_IQ4_NL, gemv_iq4_nl_x8_avx512 },
 			{ TKV_IQ4_XS, gemv_iq4_xs_x8_avx512 },
+			{ TKV_Q2_K, gemv_q2_k_x8_avx512 },
+			{ TKV_Q3_K, gemv_q3_k_x8_avx512 },
 		};
 		enum { XCOLS = 1024 };
 		static unsigned char rows[OPS_DOT_ROWS][N_MAX * 4], w[8 * XCOLS * 2], packed[8 * XCOLS * 2];

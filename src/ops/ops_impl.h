@@ -341,6 +341,20 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         high nibble of byte v % 32) and 16 bytes of top bits (bits
  *         2 (v / 16), +1 of byte v % 16) | sub-block j (0..7): 4 x 32 bytes
  *         of codes laid out as q4_0's parts
+ *   q2_k: a super-block of 8 rows (672 bytes; x8_block 84): f16 d[8] |
+ *         f16 dmin[8] | the scale bytes (scale | min << 4) of 16-group G of
+ *         row r at 8G + r | 8 pairs P of 16-groups (2P, 2P + 1), 64 bytes
+ *         each: byte 4 (8h + r) + e holds, in bits 2c, element
+ *         16 (2P + h) + 4c + e of row r (so one 64-byte load gives 4
+ *         registers of 16 int32 lanes, lane 8h + r holding 4 values of one
+ *         row and one 16-group)
+ *   q3_k: a super-block of 8 rows (880 bytes; x8_block 110): f16 d[8] | the
+ *         6-bit scales (biased by 32) v = 8G + r as 64 bytes of low nibbles
+ *         (v < 64 low, v >= 64 high nibble of byte v % 64) and 32 bytes of
+ *         top bits (bits 2 (v / 32), +1 of byte v % 32) | 8 pairs of 96
+ *         bytes: the low 2 bits of value + 4 (0..7) as q2_k's 64 bytes, then
+ *         4 little-endian uint64 masks: bit i of mask c is the third bit of
+ *         the value in bits 2c of byte i
  *
  * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_1,
  * q5_1: OPS_ACT_Q8_1; the k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers
@@ -353,6 +367,10 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
 #define OPS_X8_Q4_1 160
 #define OPS_X8_Q5_0 176
 #define OPS_X8_Q5_1 192
+#define OPS_X8_Q2_K 84
+#define OPS_X8_Q2_K_SB (8 * OPS_X8_Q2_K)
+#define OPS_X8_Q3_K 110
+#define OPS_X8_Q3_K_SB (8 * OPS_X8_Q3_K)
 #define OPS_X8_IQ4_NL 144
 #define OPS_X8_IQ4_XS 136
 #define OPS_X8_IQ4_XS_SB (8 * OPS_X8_IQ4_XS)
@@ -369,6 +387,8 @@ _Static_assert(OPS_X8_Q4_0 == OPS_PANEL_ROWS * sizeof(struct blk_q4_0) &&
 		       OPS_X8_Q8_0 == OPS_PANEL_ROWS * sizeof(struct blk_q8_0) &&
 		       OPS_X8_Q4_1 == OPS_PANEL_ROWS * sizeof(struct blk_q4_1) &&
 		       OPS_X8_IQ4_NL == OPS_PANEL_ROWS * sizeof(struct blk_iq4_nl) &&
+		       OPS_X8_Q2_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q2_k) &&
+		       OPS_X8_Q3_K_SB == OPS_PANEL_ROWS * sizeof(struct blk_q3_k) &&
 		       OPS_X8_IQ4_XS_SB == OPS_PANEL_ROWS * sizeof(struct blk_iq4_xs) &&
 		       OPS_X8_Q5_0 == OPS_PANEL_ROWS * sizeof(struct blk_q5_0) &&
 		       OPS_X8_Q5_1 == OPS_PANEL_ROWS * sizeof(struct blk_q5_1) &&
@@ -508,6 +528,12 @@ void gemv_iq4_nl_x8_ref(int64_t n, const void *group, const void *a, size_t as, 
 void pack_iq4_nl_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_iq4_nl_x8_ref(const void *group, int r, int64_t n, float *out);
 void repack_iq4_xs_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void repack_q2_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void repack_q3_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst);
+void gemv_q2_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q3_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void dequant_q2_k_x8_ref(const void *group, int r, int64_t n, float *out);
+void dequant_q3_k_x8_ref(const void *group, int r, int64_t n, float *out);
 void gemv_iq4_xs_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_iq4_xs_x8_ref(const void *group, int64_t n, void *panel);
 void dequant_iq4_xs_x8_ref(const void *group, int r, int64_t n, float *out);

@@ -879,3 +879,183 @@ void pack_iq4_xs_x8_ref(const void *group, int64_t n, void *panel)
 					      0.0f);
 			}
 }
+
+/* ---- q2_k and q3_k in the interleaved layout (ops_impl.h) ---------------------------- */
+
+/* Byte of pair P holding, in bits 2c, 3c's element of lane L = 8h + r (the
+ * 16-groups 2P + h): element 16 (2P + h) + 4c + e of row r is in byte
+ * 4L + e of the pair's 64 bytes of 2-bit values, bits 2c; q3_k's third bit
+ * is bit 4L + e of the pair's mask word c. */
+static inline void x8_k2_at(int r, int e256, int *pair, int *byte, int *c)
+{
+	int G = e256 / 16, k = e256 % 16;
+
+	*pair = G / 2;
+	*c = k / 4;
+	*byte = 4 * (8 * (G % 2) + r) + k % 4;
+}
+
+void repack_q2_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_Q2_K_SB) {
+			memset(o + 160, 0, 512);
+			for (int r = 0; r < 8; r++) {
+				const struct blk_q2_k *x = (const struct blk_q2_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				memcpy(o + 16 + 2 * r, &x->dmin, 2);
+				for (int G = 0; G < 16; G++)
+					o[32 + 8 * G + r] = x->scales[G];
+				for (int e = 0; e < QK_K; e++) {
+					int P, by, c;
+
+					x8_k2_at(r, e, &P, &by, &c);
+					o[160 + 64 * P + by] |= (uint8_t)(k_low2(x->qs, e) << (2 * c));
+				}
+			}
+		}
+}
+
+void repack_q3_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
+{
+	uint8_t *o = dst;
+
+	for (int64_t r0 = 0; r0 < rows; r0 += 8)
+		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_Q3_K_SB) {
+			memset(o + 16, 0, OPS_X8_Q3_K_SB - 16);
+			for (int r = 0; r < 8; r++) {
+				const struct blk_q3_k *x = (const struct blk_q3_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
+
+				memcpy(o + 2 * r, &x->d, 2);
+				for (int G = 0; G < 16; G++) {
+					int v = 8 * G + r, ls = q3_k_scale(x->scales, G);
+
+					o[16 + v % 64] |= (uint8_t)((ls & 15) << (v >= 64 ? 4 : 0));
+					o[80 + v % 32] |= (uint8_t)((ls >> 4) << (2 * (v / 32)));
+				}
+				for (int e = 0; e < QK_K; e++) {
+					int P, by, c, u = q3_k_value(x, e) + 4;
+					uint8_t *pair;
+
+					x8_k2_at(r, e, &P, &by, &c);
+					pair = o + 112 + 96 * P;
+					pair[by] |= (uint8_t)((u & 3) << (2 * c));
+					pair[64 + 8 * c + by / 8] |= (uint8_t)((u >> 2) << (by % 8));
+				}
+			}
+		}
+}
+
+/* Element e (0..255) of row r of a group super-block: q2_k's 0..3, q3_k's
+ * -4..3. */
+static inline int x8_q2_k_value(const uint8_t *sb, int r, int e)
+{
+	int P, by, c;
+
+	x8_k2_at(r, e, &P, &by, &c);
+	return (sb[160 + 64 * P + by] >> (2 * c)) & 3;
+}
+
+static inline int x8_q3_k_value(const uint8_t *sb, int r, int e)
+{
+	int P, by, c;
+	const uint8_t *pair;
+
+	x8_k2_at(r, e, &P, &by, &c);
+	pair = sb + 112 + 96 * P;
+	return (((pair[by] >> (2 * c)) & 3) | ((pair[64 + 8 * c + by / 8] >> (by % 8)) & 1) << 2) - 4;
+}
+
+/* q3_k's scale of 16-group G of row r, biased by 32. */
+static inline int x8_q3_k_scale(const uint8_t *sb, int r, int G)
+{
+	int v = 8 * G + r;
+
+	return ((sb[16 + v % 64] >> (v >= 64 ? 4 : 0)) & 15) | ((sb[80 + v % 32] >> (2 * (v / 32))) & 3) << 4;
+}
+
+/* The same sums, in the same order, as dot_q2_k / dot_q3_k. */
+static void gemv_k2_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss,
+			   int three)
+{
+	const size_t sbs = three ? OPS_X8_Q3_K_SB : OPS_X8_Q2_K_SB;
+
+	for (int c = 0; c < nc; c++) {
+		const struct blk_q8_256 *y = (const void *)((const char *)a + (size_t)c * as);
+
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *sb = group;
+			float sum = 0.0f;
+
+			for (int64_t b = 0; b < n / QK_K; b++, sb += sbs) {
+				int isum = 0, msum = 0;
+
+				for (int G = 0; G < 16; G++) {
+					int dot = 0;
+
+					for (int e = 16 * G; e < 16 * G + 16; e++)
+						dot += (three ? x8_q3_k_value(sb, r, e) : x8_q2_k_value(sb, r, e)) * y[b].qs[e];
+					if (three) {
+						isum += (x8_q3_k_scale(sb, r, G) - 32) * dot;
+					} else {
+						isum += (sb[32 + 8 * G + r] & 15) * dot;
+						msum += (sb[32 + 8 * G + r] >> 4) * y[b].bsums[G];
+					}
+				}
+				if (three)
+					sum += x8n_half(sb, 2 * (size_t)r) * y[b].d * (float)isum;
+				else
+					sum += y[b].d * (x8n_half(sb, 2 * (size_t)r) * (float)isum -
+							 x8n_half(sb, 16 + 2 * (size_t)r) * (float)msum);
+			}
+			s[(size_t)c * ss + r] = sum;
+		}
+	}
+}
+
+void gemv_q2_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	gemv_k2_x8_ref(n, group, a, as, nc, s, ss, 0);
+}
+
+void gemv_q3_k_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	gemv_k2_x8_ref(n, group, a, as, nc, s, ss, 1);
+}
+
+/* Row r, as deq_q2_k / deq_q3_k give it. */
+void dequant_q2_k_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q2_K_SB) {
+		float d = x8n_half(sb, 2 * (size_t)r), dmin = x8n_half(sb, 16 + 2 * (size_t)r);
+
+		for (int G = 0; G < 16; G++) {
+			int v = sb[32 + 8 * G + r];
+			float dl = d * (float)(v & 15), ml = dmin * (float)(v >> 4);
+
+			for (int e = 16 * G; e < 16 * G + 16; e++)
+				out[QK_K * b + e] = dl * (float)x8_q2_k_value(sb, r, e) - ml;
+		}
+	}
+}
+
+void dequant_q3_k_x8_ref(const void *group, int r, int64_t n, float *out)
+{
+	const uint8_t *sb = group;
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q3_K_SB) {
+		float d = x8n_half(sb, 2 * (size_t)r);
+
+		for (int G = 0; G < 16; G++) {
+			float dl = d * (float)(x8_q3_k_scale(sb, r, G) - 32);
+
+			for (int e = 16 * G; e < 16 * G + 16; e++)
+				out[QK_K * b + e] = dl * (float)x8_q3_k_value(sb, r, e);
+		}
+	}
+}

@@ -497,6 +497,102 @@ static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, floa
 
 OPS_X8_EACH_COL(gemv_iq4_xs_x8_avx512, gemv_iq4_xs_x8_col)
 
+/* q2_k and q3_k groups, one activation column. A pair of 16-groups is one
+ * 64-byte load of 2-bit fields: register c (bits 2c) holds elements 4c..4c+3
+ * of group 2P in lanes 0-7 and of group 2P + 1 in lanes 8-15, one row a
+ * lane, so that vpdpbusd sums a whole 16-group of a row in its lane after
+ * the 4 registers, and one vpmulld applies the 16 (row, group) scales.
+ * q3_k's third bits add 4 under their 64-bit masks (values 0..7 = w + 4);
+ * its 4 and q2_k's mins come off through the activations' 16-element sums.
+ * Integers exact, as the references'. */
+static inline __attribute__((always_inline)) void gemv_k2_x8_col(int64_t n, const void *group, const void *a,
+								 float *s, int three)
+{
+	const struct blk_q8_256 *y = a;
+	const __m512i m3 = _mm512_set1_epi8(3), c4 = _mm512_set1_epi8(4);
+	const uint8_t *sb = group;
+	const size_t sbs = three ? OPS_X8_Q3_K_SB : OPS_X8_Q2_K_SB;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += sbs) {
+		_Alignas(64) int8_t sc[128];
+		__m512i isum = _mm512_setzero_si512(), msum = _mm512_setzero_si512();
+
+		if (three) {
+			/* the 128 scales, v = 8G + r, less their bias */
+			const __m512i m15 = _mm512_set1_epi8(15), b32 = _mm512_set1_epi8(32);
+			__m512i lo = _mm512_loadu_si512((const void *)(sb + 16));
+			__m256i h = _mm256_loadu_si256((const __m256i *)(sb + 80));
+			__m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+			__m512i h23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(h, 4)), _mm256_srli_epi16(h, 6), 1);
+
+			_mm512_store_si512((void *)sc, _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(lo, m15),
+											_mm512_slli_epi16(_mm512_and_si512(h01, m3), 4)), b32));
+			_mm512_store_si512((void *)(sc + 64),
+					   _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo, 4), m15),
+									   _mm512_slli_epi16(_mm512_and_si512(h23, m3), 4)), b32));
+		}
+		for (int P = 0; P < 8; P++) {
+			const uint8_t *pair = sb + (three ? 112 + 96 * P : 160 + 64 * P);
+			__m512i x = _mm512_loadu_si512((const void *)pair);
+			__m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * P)));
+			__m512i t = _mm512_setzero_si512(), scale, bs;
+
+			for (int c = 0; c < 4; c++) {
+				__m512i v = _mm512_and_si512(_mm512_srli_epi16(x, 2 * c), m3);
+
+				if (three) {
+					uint64_t mk;
+
+					memcpy(&mk, pair + 64 + 8 * c, sizeof mk);
+					v = _mm512_mask_add_epi8(v, _cvtu64_mask64(mk), v, c4);
+				}
+				t = _mm512_dpbusd_epi32(t, v, _mm512_permutexvar_epi32(dw_pair(c, 4 + c), yv));
+			}
+			bs = _mm512_inserti64x4(_mm512_set1_epi32(y[b].bsums[2 * P]), _mm256_set1_epi32(y[b].bsums[2 * P + 1]), 1);
+			if (three) {
+				scale = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + 16 * P)));
+				msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(scale, bs));
+			} else {
+				__m512i sm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 32 + 16 * P)));
+
+				scale = _mm512_and_si512(sm, _mm512_set1_epi32(15));
+				msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(_mm512_srli_epi32(sm, 4), bs));
+			}
+			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t, scale));
+		}
+		{
+			__m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+			__m256i m8 = _mm256_add_epi32(_mm512_castsi512_si256(msum), _mm512_extracti64x4_epi64(msum, 1));
+			__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)), yd = _mm256_set1_ps(y[b].d);
+
+			if (three) {
+				acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(i8, _mm256_slli_epi32(m8, 2))),
+						      _mm256_mul_ps(d, yd), acc);
+			} else {
+				__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16)));
+
+				acc = _mm256_fmadd_ps(yd, _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(m8),
+									   _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8))), acc);
+			}
+		}
+	}
+	_mm256_storeu_ps(s, acc);
+}
+
+static void gemv_q2_k_x8_col(int64_t n, const void *group, const void *a, float *s)
+{
+	gemv_k2_x8_col(n, group, a, s, 0);
+}
+
+static void gemv_q3_k_x8_col(int64_t n, const void *group, const void *a, float *s)
+{
+	gemv_k2_x8_col(n, group, a, s, 1);
+}
+
+OPS_X8_EACH_COL(gemv_q2_k_x8_avx512, gemv_q2_k_x8_col)
+OPS_X8_EACH_COL(gemv_q3_k_x8_avx512, gemv_q3_k_x8_col)
+
 /* ---- two panels at once (prefill) ------------------------------------------------------ */
 
 /* Two 8-row panels (ops_impl.h) side by side, pstride bytes apart, as 16

@@ -569,3 +569,93 @@ void pack_iq4_xs_x8_avx2(const void *group, int64_t n, void *panel)
 		}
 	}
 }
+
+/* ---- q2_k and q3_k in the interleaved layout ---------------------------------------- */
+
+/* q2_k / q3_k groups, one column, a 16-group at a time: half h of a pair's
+ * 64 bytes is group 2P + h, one row an int32 lane; the 4 registers of 2-bit
+ * fields (q3_k: + 4 where the third bit is set) against the activations
+ * through vpmaddubsw (at most 4 x 2 x 7 x 127 per int16), then vpmaddwd
+ * with the rows' scales in both halves of each lane. Offsets (q3_k's 4,
+ * q2_k's mins) through the 16-element activation sums, as the 512-bit
+ * version. */
+static inline __attribute__((always_inline)) void gemv_k2_x8_col_avx2(int64_t n, const void *group, const void *a,
+								      float *s, int three)
+{
+	const struct blk_q8_256 *y = a;
+	const __m256i m3 = _mm256_set1_epi8(3), low16 = _mm256_set1_epi32(0xffff);
+	const uint8_t *sb = group;
+	const size_t sbs = three ? OPS_X8_Q3_K_SB : OPS_X8_Q2_K_SB;
+	__m256 acc = _mm256_setzero_ps();
+
+	for (int64_t b = 0; b < n / QK_K; b++, sb += sbs) {
+		int8_t sc[128];
+		__m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+
+		if (three) {
+			const __m256i m15 = _mm256_set1_epi8(15), b32 = _mm256_set1_epi8(32);
+			__m256i h = _mm256_loadu_si256((const __m256i *)(sb + 80));
+
+			for (int q = 0; q < 4; q++) {
+				/* v = 32q .. 32q + 31: nibble q / 2 of bytes 32 (q % 2) .., bits 2q of h */
+				__m256i lo = _mm256_loadu_si256((const __m256i *)(sb + 16 + 32 * (q % 2)));
+				__m256i nib = _mm256_and_si256(q >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m15);
+				__m256i top = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * q)), m3);
+
+				_mm256_storeu_si256((__m256i *)(sc + 32 * q),
+						    _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_slli_epi16(top, 4)), b32));
+			}
+		}
+		for (int G = 0; G < 16; G++) {
+			const uint8_t *pair = sb + (three ? 112 + 96 * (G / 2) : 160 + 64 * (G / 2));
+			__m256i x = _mm256_loadu_si256((const __m256i *)(pair + 32 * (G % 2)));
+			__m256i p16 = _mm256_setzero_si256(), s32, bs = _mm256_set1_epi32(y[b].bsums[G]);
+
+			for (int c = 0; c < 4; c++) {
+				__m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * c), m3);
+
+				if (three)
+					v = _mm256_or_si256(v, _mm256_srli_epi16(bit5_bytes(pair + 64 + 8 * c + 4 * (G % 2)), 2));
+				p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(v, bcast4(y[b].qs + 16 * G + 4 * c)));
+			}
+			if (three) {
+				s32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * G)));
+				msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(s32, bs));
+			} else {
+				__m256i sm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 32 + 8 * G)));
+
+				s32 = _mm256_and_si256(sm, _mm256_set1_epi32(15));
+				msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(_mm256_srli_epi32(sm, 4), bs));
+			}
+			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_or_si256(_mm256_and_si256(s32, low16),
+										     _mm256_slli_epi32(s32, 16))));
+		}
+		{
+			__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)), yd = _mm256_set1_ps(y[b].d);
+
+			if (three) {
+				acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(msum, 2))),
+						      _mm256_mul_ps(d, yd), acc);
+			} else {
+				__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16)));
+
+				acc = _mm256_fmadd_ps(yd, _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(msum),
+									   _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))), acc);
+			}
+		}
+	}
+	_mm256_storeu_ps(s, acc);
+}
+
+static void gemv_q2_k_x8_col(int64_t n, const void *group, const void *a, float *s)
+{
+	gemv_k2_x8_col_avx2(n, group, a, s, 0);
+}
+
+static void gemv_q3_k_x8_col(int64_t n, const void *group, const void *a, float *s)
+{
+	gemv_k2_x8_col_avx2(n, group, a, s, 1);
+}
+
+OPS_X8_EACH_COL(gemv_q2_k_x8_avx2, gemv_q2_k_x8_col)
+OPS_X8_EACH_COL(gemv_q3_k_x8_avx2, gemv_q3_k_x8_col)

@@ -6,7 +6,7 @@
 
 /* The types of quant_more.c: their row dots, their packs, the shared panel kernels for
  * those with panels (q4_1: 0..15; q5_0, q5_1: 0..31; iq4: signed values), and the
- * interleaved groups of q4_1, q5_0, q5_1, iq4_nl and iq4_xs. */
+ * interleaved groups of q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k and q3_k. */
 static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
 {
 	types[TKV_Q4_1].dot_rows = dot_rows_q4_1_avx2;
@@ -31,6 +31,8 @@ static void ops_select_more_avx2(struct ops_type_kernels types[TKV_DTYPE_COUNT])
 	types[TKV_IQ4_XS].gemv_x8 = gemv_iq4_xs_x8_avx2;
 	types[TKV_IQ4_NL].pack_x8 = pack_iq4_nl_x8_avx2;
 	types[TKV_IQ4_XS].pack_x8 = pack_iq4_xs_x8_avx2;
+	types[TKV_Q2_K].gemv_x8 = gemv_q2_k_x8_avx2;
+	types[TKV_Q3_K].gemv_x8 = gemv_q3_k_x8_avx2;
 	types[TKV_Q4_1].panel = panel_u4_avx2;
 	types[TKV_Q5_0].panel = panel_u5_avx2;
 	types[TKV_Q5_1].panel = panel_u5_avx2;
@@ -127,6 +129,8 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_Q5_1].gemv_x8 = gemv_q5_1_x8_avx512;
 	types[TKV_IQ4_NL].gemv_x8 = gemv_iq4_nl_x8_avx512;
 	types[TKV_IQ4_XS].gemv_x8 = gemv_iq4_xs_x8_avx512;
+	types[TKV_Q2_K].gemv_x8 = gemv_q2_k_x8_avx512;
+	types[TKV_Q3_K].gemv_x8 = gemv_q3_k_x8_avx512;
 	/* prefill: 16 rows (two panels) per register for the unsigned panels */
 	for (int t = 0; t < TKV_DTYPE_COUNT; t++)
 		if (types[t].panel == panel_u_vnni)

@@ -72,6 +72,8 @@ void gemv_iq4_nl_x8_avx2(int64_t n, const void *group, const void *a, size_t as,
 void gemv_iq4_xs_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_iq4_nl_x8_avx2(const void *group, int64_t n, void *panel);
 void pack_iq4_xs_x8_avx2(const void *group, int64_t n, void *panel);
+void gemv_q2_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q3_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 
 void panel_u_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_vnni(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
@@ -94,6 +96,8 @@ void gemv_q5_0_x8_avx512(int64_t n, const void *group, const void *a, size_t as,
 void gemv_q5_1_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_iq4_nl_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_iq4_xs_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q2_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void gemv_q3_k_x8_avx512(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 /* quant_more_avx512.c */
 void dot_rows_q4_1_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q5_0_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
