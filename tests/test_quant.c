@@ -985,9 +985,12 @@ static void test_avx512_kernels(void **state)
 			}
 		}
 		/* two panels as 16 rows, for 1..8 activation rows */
-		for (size_t t = 0; t < 3; t++) {
-			uint32_t type = t == 2 ? TKV_Q6_K : t ? TKV_Q5_K : TKV_Q4_0;
-			ops_panel2_fn fn = type == TKV_Q6_K ? panel2_k6_avx512 : panel2_u_avx512;
+		for (size_t t = 0; t < 5; t++) {
+			static const uint32_t p2_types[] = { TKV_Q4_0, TKV_Q5_K, TKV_Q6_K, TKV_IQ4_NL, TKV_IQ4_XS };
+			uint32_t type = p2_types[t];
+			ops_panel2_fn fn = type == TKV_Q6_K				     ? panel2_k6_avx512
+					   : type == TKV_IQ4_NL || type == TKV_IQ4_XS ? panel2_s8_avx512
+										     : panel2_u_avx512;
 			size_t rb = tkv_dtype_row_size(type, XCOLS), pstride = XCOLS / 32 * OPS_PANEL_BLOCK;
 			static unsigned char panels[2 * XCOLS / 32 * OPS_PANEL_BLOCK];
 

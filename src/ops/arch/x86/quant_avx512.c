@@ -601,7 +601,8 @@ OPS_X8_EACH_COL(gemv_q3_k_x8_avx512, gemv_q3_k_x8_col)
  * broadcast and each vpdpbusd does the work of two on 256-bit registers.
  * Unsigned panel values (u4, u5: q in 0..31, w = d q + m). */
 static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const uint8_t *panel, size_t pstride,
-							      const void *a, size_t as, int nc, float *s, size_t ss)
+							      const void *a, size_t as, int nc, float *s, size_t ss,
+							      int is_signed)
 {
 	const struct blk_q8_32 *y[OPS_PANEL_COLS];
 	__m512 acc[OPS_PANEL_COLS];
@@ -624,6 +625,9 @@ static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const u
 			__m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(pa + 32 * g))),
 							_mm256_loadu_si256((const __m256i *)(pb + 32 * g)), 1);
 
+			if (is_signed) /* q + 128, the 128 off through m = -128 d */
+				wq = _mm512_xor_si512(wq, _mm512_set1_epi8((char)0x80));
+
 			for (int c = 0; c < nc; c++) {
 				int32_t v;
 
@@ -634,7 +638,7 @@ static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const u
 		for (int c = 0; c < nc; c++)
 			acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(y[c][b].d)), acc[c]);
 		if (fold) {
-			__m512 m = _mm512_castpd_ps(_mm512_insertf64x4(
+			__m512 m = is_signed ? _mm512_mul_ps(d, _mm512_set1_ps(-128.0f)) : _mm512_castpd_ps(_mm512_insertf64x4(
 				_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + 288)))),
 				_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + 288))), 1));
 
@@ -645,9 +649,13 @@ static inline __attribute__((always_inline)) void panel2_cols(int64_t n, const u
 	pa = panel;
 	pb = panel + pstride;
 	for (int64_t b = 0; !fold && b < n / 32; b++, pa += OPS_PANEL_BLOCK, pb += OPS_PANEL_BLOCK) {
+		const size_t at = is_signed ? 256 : 288;
 		__m512 m = _mm512_castpd_ps(_mm512_insertf64x4(
-			_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + 288)))),
-			_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + 288))), 1));
+			_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(pa + at)))),
+			_mm256_castps_pd(_mm256_loadu_ps((const float *)(pb + at))), 1));
+
+		if (is_signed)
+			m = _mm512_mul_ps(m, _mm512_set1_ps(-128.0f));
 
 		for (int c = 0; c < nc; c++)
 			acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[c][b].s), acc[c]);
@@ -725,11 +733,17 @@ void panel2_k6_avx512(int64_t n, const void *panel, size_t pstride, const void *
 	OPS_COLS_SWITCH8(nc, CALL_K6)
 }
 
-#define CALL_P2(k) panel2_cols(n, panel, pstride, a, as, k, s, ss)
+#define CALL_P2(k) panel2_cols(n, panel, pstride, a, as, k, s, ss, 0)
+#define CALL_P2S(k) panel2_cols(n, panel, pstride, a, as, k, s, ss, 1)
 
 void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss)
 {
 	OPS_COLS_SWITCH8(nc, CALL_P2)
+}
+
+void panel2_s8_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss)
+{
+	OPS_COLS_SWITCH8(nc, CALL_P2S)
 }
 
 /* ---- q4_k and q5_k in the interleaved layout (ops_impl.h) ------------------------------ */

@@ -11,8 +11,9 @@
 #include "ops/arch/x86/quant_x86.h"
 #include "ops/arch/x86/x86.h"
 
-/* Panels (ops_impl.h): q in 0..31 (u4, u5) or signed (s8, through |w| and y
- * with w's sign). */
+/* Panels (ops_impl.h): q in 0..31 (u4, u5) or signed (s8: q ^ 0x80 = q + 128
+ * against y, one flip a weight register for all the columns, the 128 off as
+ * 128 d s_y, as m s_y of the unsigned kinds). */
 static inline __attribute__((always_inline)) void panel_cols_vnni(int64_t n, const uint8_t *panel, const void *a,
 								  size_t as, int nc, float *s, size_t ss, int is_signed)
 {
@@ -33,29 +34,23 @@ static inline __attribute__((always_inline)) void panel_cols_vnni(int64_t n, con
 		for (int g = 0; g < 8; g++) {
 			__m256i wq = _mm256_loadu_si256((const __m256i *)(pb + 32 * g));
 
-			if (is_signed) {
-				__m256i aw = _mm256_abs_epi8(wq);
-
-				for (int c = 0; c < nc; c++)
-					isum[c] = _mm256_dpbusd_epi32(isum[c], aw, _mm256_sign_epi8(bcast4(y[c][b].qs + 4 * g), wq));
-			} else {
-				for (int c = 0; c < nc; c++)
-					isum[c] = _mm256_dpbusd_epi32(isum[c], wq, bcast4(y[c][b].qs + 4 * g));
-			}
+			if (is_signed)
+				wq = _mm256_xor_si256(wq, _mm256_set1_epi8((char)0x80));
+			for (int c = 0; c < nc; c++)
+				isum[c] = _mm256_dpbusd_epi32(isum[c], wq, bcast4(y[c][b].qs + 4 * g));
 		}
 		for (int c = 0; c < nc; c++)
 			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
 	}
 	for (int c = 0; c < nc; c++)
 		accm[c] = _mm256_setzero_ps();
-	if (!is_signed) {
-		pb = panel;
-		for (int64_t b = 0; b < n / 32; b++, pb += OPS_PANEL_BLOCK) {
-			__m256 m = _mm256_loadu_ps((const float *)(pb + 288));
+	pb = panel;
+	for (int64_t b = 0; b < n / 32; b++, pb += OPS_PANEL_BLOCK) {
+		__m256 m = is_signed ? _mm256_mul_ps(_mm256_loadu_ps((const float *)(pb + 256)), _mm256_set1_ps(-128.0f))
+				     : _mm256_loadu_ps((const float *)(pb + 288));
 
-			for (int c = 0; c < nc; c++)
-				accm[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[c][b].s), accm[c]);
-		}
+		for (int c = 0; c < nc; c++)
+			accm[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[c][b].s), accm[c]);
 	}
 	for (int c = 0; c < nc; c++)
 		_mm256_storeu_ps(s + (size_t)c * ss, _mm256_add_ps(acc[c], accm[c]));

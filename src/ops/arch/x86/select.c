@@ -131,9 +131,12 @@ void ops_arch_select(struct ops_type_kernels types[TKV_DTYPE_COUNT], struct ops_
 	types[TKV_IQ4_XS].gemv_x8 = gemv_iq4_xs_x8_avx512;
 	types[TKV_Q2_K].gemv_x8 = gemv_q2_k_x8_avx512;
 	types[TKV_Q3_K].gemv_x8 = gemv_q3_k_x8_avx512;
-	/* prefill: 16 rows (two panels) per register for the unsigned panels */
-	for (int t = 0; t < TKV_DTYPE_COUNT; t++)
+	/* prefill: 16 rows (two panels) per register */
+	for (int t = 0; t < TKV_DTYPE_COUNT; t++) {
 		if (types[t].panel == panel_u_vnni)
 			types[t].panel2 = panel2_u_avx512;
+		if (types[t].panel == panel_s8_vnni)
+			types[t].panel2 = panel2_s8_avx512;
+	}
 	types[TKV_Q6_K].panel2 = panel2_k6_avx512;
 }

@@ -105,6 +105,7 @@ void dot_rows_q5_1_avx512(int64_t n, const void *w, size_t ws, int nr, const voi
 void dot_rows_iq4_nl_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_iq4_xs_avx512(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void panel2_u_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss);
+void panel2_s8_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel2_k6_avx512(int64_t n, const void *panel, size_t pstride, const void *a, size_t as, int nc, float *s,
 		      size_t ss);
 
