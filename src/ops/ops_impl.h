@@ -353,8 +353,9 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         (v < 64 low, v >= 64 high nibble of byte v % 64) and 32 bytes of
  *         top bits (bits 2 (v / 32), +1 of byte v % 32) | 8 pairs of 96
  *         bytes: the low 2 bits of value + 4 (0..7) as q2_k's 64 bytes, then
- *         4 little-endian uint64 masks: bit i of mask c is the third bit of
- *         the value in bits 2c of byte i
+ *         32 bytes of third bits: bit c + 4 (i / 32) of byte i % 32 for the
+ *         value in bits 2c of byte i (a shift and a mask per field put them
+ *         at bit 2 of each byte, in a 256- or a 512-bit register)
  *
  * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_1,
  * q5_1: OPS_ACT_Q8_1; the k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers

@@ -642,12 +642,20 @@ X8N_REPACK(q4_1, struct blk_q4_1, 1, 0, NULL)
 X8N_REPACK(q5_0, struct blk_q5_0, 0, 1, x->qh)
 X8N_REPACK(q5_1, struct blk_q5_1, 1, 1, x->qh)
 
-/* The same sums, in the same float order, as dot_q4_1 / dot_q5_0 / dot_q5_1. */
-static void gemv_x8n_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss, int min,
-			 int five)
+/* The weight of element e of row r as an integer: q (q4_1, q5_1), q - 16
+ * (q5_0) or iq4_nl's value of the code (its group block is q4_0's). */
+static inline int x8n_int(const uint8_t *blk, int min, int five, int iq4, int r, int e)
 {
-	const int off = min ? 0 : 16;
+	int q = x8n_value(blk, min, five, r, e);
 
+	return iq4 ? ops_iq4nl_values[q] : min ? q : q - 16;
+}
+
+/* The same sums, in the same float order, as dot_q4_1 / dot_q5_0 / dot_q5_1
+ * / dot_iq4_nl. */
+static void gemv_x8n_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss, int min,
+			 int five, int iq4)
+{
 	for (int c = 0; c < nc; c++) {
 		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
 
@@ -659,7 +667,7 @@ static void gemv_x8n_ref(int64_t n, const void *group, const void *a, size_t as,
 				int isum = 0;
 
 				for (int e = 0; e < 32; e++)
-					isum += (x8n_value(blk, min, five, r, e) - off) * y[b].qs[e];
+					isum += x8n_int(blk, min, five, iq4, r, e) * y[b].qs[e];
 				if (min)
 					sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum +
 					       x8n_half(blk, 16 + 2 * (size_t)r) * y[b].s;
@@ -671,22 +679,22 @@ static void gemv_x8n_ref(int64_t n, const void *group, const void *a, size_t as,
 	}
 }
 
-/* Row r, as deq_q4_1 / deq_q5_0 / deq_q5_1 give it. */
-static void dequant_x8n_ref(const void *group, int r, int64_t n, float *out, int min, int five)
+/* Row r, as deq_q4_1 / deq_q5_0 / deq_q5_1 / deq_iq4_nl give it. */
+static void dequant_x8n_ref(const void *group, int r, int64_t n, float *out, int min, int five, int iq4)
 {
 	const uint8_t *blk = group;
 
 	for (int64_t b = 0; b < n / 32; b++, blk += x8n_block(min, five)) {
 		float d = x8n_half(blk, 2 * (size_t)r), m = min ? x8n_half(blk, 16 + 2 * (size_t)r) : 0.0f;
 
-		for (int e = 0; e < 32; e++)
-			out[32 * b + e] = min ? (float)x8n_value(blk, min, five, r, e) * d + m
-					      : (float)(x8n_value(blk, min, five, r, e) - 16) * d;
+		for (int e = 0; e < 32; e++) /* no + 0: a -0 stays -0, as in the row references */
+			out[32 * b + e] = min ? (float)x8n_int(blk, min, five, iq4, r, e) * d + m
+					      : (float)x8n_int(blk, min, five, iq4, r, e) * d;
 	}
 }
 
-/* The panel of decode_q4_1 / decode_q5_0 / decode_q5_1. */
-static void pack_x8n_ref(const void *group, int64_t n, void *panel, int min, int five)
+/* The panel of decode_q4_1 / decode_q5_0 / decode_q5_1 / decode_iq4_nl. */
+static void pack_x8n_ref(const void *group, int64_t n, void *panel, int min, int five, int iq4)
 {
 	const uint8_t *blk = group;
 	uint8_t *pb = panel;
@@ -697,28 +705,29 @@ static void pack_x8n_ref(const void *group, int64_t n, void *panel, int min, int
 			float d = x8n_half(blk, 2 * (size_t)r);
 
 			for (int e = 0; e < 32; e++)
-				q[e] = (uint8_t)x8n_value(blk, min, five, r, e);
-			ops_panel_put(pb, r, q, d, min ? x8n_half(blk, 16 + 2 * (size_t)r) : -16.0f * d);
+				q[e] = (uint8_t)(iq4 ? x8n_int(blk, min, five, iq4, r, e) : x8n_value(blk, min, five, r, e));
+			ops_panel_put(pb, r, q, d, min ? x8n_half(blk, 16 + 2 * (size_t)r) : iq4 ? 0.0f : -16.0f * d);
 		}
 }
 
-#define X8N_REFS(NAME, MIN, FIVE)                                                                              \
+#define X8N_REFS(NAME, MIN, FIVE, IQ4)                                                                         \
 	void gemv_##NAME##_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss) \
 	{                                                                                                      \
-		gemv_x8n_ref(n, group, a, as, nc, s, ss, MIN, FIVE);                                           \
+		gemv_x8n_ref(n, group, a, as, nc, s, ss, MIN, FIVE, IQ4);                                      \
 	}                                                                                                      \
 	void dequant_##NAME##_x8_ref(const void *group, int r, int64_t n, float *out)                          \
 	{                                                                                                      \
-		dequant_x8n_ref(group, r, n, out, MIN, FIVE);                                                  \
+		dequant_x8n_ref(group, r, n, out, MIN, FIVE, IQ4);                                             \
 	}                                                                                                      \
 	void pack_##NAME##_x8_ref(const void *group, int64_t n, void *panel)                                   \
 	{                                                                                                      \
-		pack_x8n_ref(group, n, panel, MIN, FIVE);                                                      \
+		pack_x8n_ref(group, n, panel, MIN, FIVE, IQ4);                                                 \
 	}
 
-X8N_REFS(q4_1, 1, 0)
-X8N_REFS(q5_0, 0, 1)
-X8N_REFS(q5_1, 1, 1)
+X8N_REFS(q4_1, 1, 0, 0)
+X8N_REFS(q5_0, 0, 1, 0)
+X8N_REFS(q5_1, 1, 1, 0)
+X8N_REFS(iq4_nl, 0, 0, 1)
 
 /* ---- iq4_nl and iq4_xs in the interleaved layout (ops_impl.h) ------------------------ */
 
@@ -734,54 +743,6 @@ static inline int x8_nib(const uint8_t *nib, int r, int e)
 	int g = e / 8, k = e % 8;
 
 	return (nib[32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
-}
-
-void gemv_iq4_nl_x8_ref(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (int c = 0; c < nc; c++) {
-		const struct blk_q8_32 *y = (const void *)((const char *)a + (size_t)c * as);
-
-		for (int r = 0; r < 8; r++) {
-			const uint8_t *blk = group;
-			float sum = 0.0f;
-
-			for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL) {
-				int isum = 0;
-
-				for (int e = 0; e < 32; e++)
-					isum += ops_iq4nl_values[x8_nib(blk + 16, r, e)] * y[b].qs[e];
-				sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum;
-			}
-			s[(size_t)c * ss + r] = sum;
-		}
-	}
-}
-
-void dequant_iq4_nl_x8_ref(const void *group, int r, int64_t n, float *out)
-{
-	const uint8_t *blk = group;
-
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL) {
-		float d = x8n_half(blk, 2 * (size_t)r);
-
-		for (int e = 0; e < 32; e++)
-			out[32 * b + e] = d * (float)ops_iq4nl_values[x8_nib(blk + 16, r, e)];
-	}
-}
-
-void pack_iq4_nl_x8_ref(const void *group, int64_t n, void *panel)
-{
-	const uint8_t *blk = group;
-	uint8_t *pb = panel;
-
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL, pb += OPS_PANEL_BLOCK)
-		for (int r = 0; r < 8; r++) {
-			uint8_t q[32];
-
-			for (int e = 0; e < 32; e++)
-				q[e] = (uint8_t)ops_iq4nl_values[x8_nib(blk + 16, r, e)];
-			ops_panel_put(pb, r, q, x8n_half(blk, 2 * (size_t)r), 0.0f);
-		}
 }
 
 /* iq4_xs: the 6-bit scale (biased by 32) of sub-block j of row r of a group
@@ -882,10 +843,10 @@ void pack_iq4_xs_x8_ref(const void *group, int64_t n, void *panel)
 
 /* ---- q2_k and q3_k in the interleaved layout (ops_impl.h) ---------------------------- */
 
-/* Byte of pair P holding, in bits 2c, 3c's element of lane L = 8h + r (the
- * 16-groups 2P + h): element 16 (2P + h) + 4c + e of row r is in byte
- * 4L + e of the pair's 64 bytes of 2-bit values, bits 2c; q3_k's third bit
- * is bit 4L + e of the pair's mask word c. */
+/* Where element 16 (2P + h) + 4c + e of row r is: byte 4L + e (lane
+ * L = 8h + r) of pair P's 64 bytes of 2-bit values, bits 2c; q3_k's third
+ * bit of value byte i, field c, is bit c + 4 (i / 32) of byte i % 32 of the
+ * 32 bytes after them. */
 static inline void x8_k2_at(int r, int e256, int *pair, int *byte, int *c)
 {
 	int G = e256 / 16, k = e256 % 16;
@@ -943,7 +904,7 @@ void repack_q3_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 					x8_k2_at(r, e, &P, &by, &c);
 					pair = o + 112 + 96 * P;
 					pair[by] |= (uint8_t)((u & 3) << (2 * c));
-					pair[64 + 8 * c + by / 8] |= (uint8_t)((u >> 2) << (by % 8));
+					pair[64 + by % 32] |= (uint8_t)((u >> 2) << (c + 4 * (by / 32)));
 				}
 			}
 		}
@@ -966,7 +927,7 @@ static inline int x8_q3_k_value(const uint8_t *sb, int r, int e)
 
 	x8_k2_at(r, e, &P, &by, &c);
 	pair = sb + 112 + 96 * P;
-	return (((pair[by] >> (2 * c)) & 3) | ((pair[64 + 8 * c + by / 8] >> (by % 8)) & 1) << 2) - 4;
+	return (((pair[by] >> (2 * c)) & 3) | ((pair[64 + by % 32] >> (c + 4 * (by / 32))) & 1) << 2) - 4;
 }
 
 /* q3_k's scale of 16-group G of row r, biased by 32. */

@@ -502,7 +502,7 @@ OPS_X8_EACH_COL(gemv_iq4_xs_x8_avx512, gemv_iq4_xs_x8_col)
  * of group 2P in lanes 0-7 and of group 2P + 1 in lanes 8-15, one row a
  * lane, so that vpdpbusd sums a whole 16-group of a row in its lane after
  * the 4 registers, and one vpmulld applies the 16 (row, group) scales.
- * q3_k's third bits add 4 under their 64-bit masks (values 0..7 = w + 4);
+ * q3_k's third bits add 4 (values 0..7 = w + 4);
  * its 4 and q2_k's mins come off through the activations' 16-element sums.
  * Integers exact, as the references'. */
 static inline __attribute__((always_inline)) void gemv_k2_x8_col(int64_t n, const void *group, const void *a,
@@ -536,17 +536,19 @@ static inline __attribute__((always_inline)) void gemv_k2_x8_col(int64_t n, cons
 			const uint8_t *pair = sb + (three ? 112 + 96 * P : 160 + 64 * P);
 			__m512i x = _mm512_loadu_si512((const void *)pair);
 			__m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * P)));
-			__m512i t = _mm512_setzero_si512(), scale, bs;
+			__m512i t = _mm512_setzero_si512(), scale, bs, h3 = _mm512_setzero_si512();
 
+			if (three) {
+				/* third bits of value bytes 0-31 in the low, 32-63 in the high nibbles */
+				__m256i hb = _mm256_loadu_si256((const __m256i *)(pair + 64));
+
+				h3 = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 4), 1);
+			}
 			for (int c = 0; c < 4; c++) {
 				__m512i v = _mm512_and_si512(_mm512_srli_epi16(x, 2 * c), m3);
 
-				if (three) {
-					uint64_t mk;
-
-					memcpy(&mk, pair + 64 + 8 * c, sizeof mk);
-					v = _mm512_mask_add_epi8(v, _cvtu64_mask64(mk), v, c4);
-				}
+				if (three) /* + 4 where bit c is set */
+					v = _mm512_mask_add_epi8(v, _mm512_test_epi8_mask(h3, _mm512_set1_epi8((char)(1 << c))), v, c4);
 				t = _mm512_dpbusd_epi32(t, v, _mm512_permutexvar_epi32(dw_pair(c, 4 + c), yv));
 			}
 			bs = _mm512_inserti64x4(_mm512_set1_epi32(y[b].bsums[2 * P]), _mm256_set1_epi32(y[b].bsums[2 * P + 1]), 1);

@@ -292,18 +292,44 @@ void pack_iq4_xs_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel)
 
 /* ---- q4_1, q5_0 and q5_1 in the interleaved layout (ops_impl.h) ------------------- */
 
+/* Part g (0..3) of a q4_0-like group block's nibbles at nib: elements
+ * 8g .. 8g + 3 (lo) and 8g + 4 .. 8g + 7 (hi) of the 8 rows, 4 a lane, with
+ * the fifth bits of the block's masks at fifth (NULL: none) added, or
+ * (iq4) looked up to the iq4 values. */
+static inline void x8_part(const uint8_t *nib, const uint8_t *fifth, int g, int iq4, __m256i *lo, __m256i *hi)
+{
+	const __m256i m15 = _mm256_set1_epi8(15);
+	__m256i q = _mm256_loadu_si256((const __m256i *)(nib + 32 * g));
+
+	*lo = _mm256_and_si256(q, m15);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+	if (fifth) {
+		const uint8_t *f = fifth + 16 * (g / 2) + 4 * (g % 2);
+
+		*lo = _mm256_or_si256(*lo, bit5_bytes(f));
+		*hi = _mm256_or_si256(*hi, bit5_bytes(f + 8));
+	}
+	if (iq4) {
+		*lo = iq4_lookup(*lo);
+		*hi = iq4_lookup(*hi);
+	}
+}
+
 /* Groups of 8 rows, as q4_0's (quant_avx2.c): each part's nibbles in two
  * registers of 4 elements x 8 rows, each row's products in its own int32
  * lane; the fifth bits come in from their 32-bit masks. With fifth bits the
  * int16 sums go to int32 after every two parts (4 x 2 x 31 x 127 < 2^15).
  * The offset, m s (q4_1, q5_1) or -16 d s (q5_0), is a second pass over the
- * blocks' scales (the registers are full in the first). */
+ * blocks' scales (the registers are full in the first). iq4_nl (q4_0's
+ * bytes, iq4 set): the codes looked up to their values and multiplied as
+ * |w| times y with w's sign, each int16 pair up to 2 x 127 x 127, so to
+ * int32 after every part; no offset. */
 static inline __attribute__((always_inline)) void x8n_cols(int64_t n, const uint8_t *grp, const void *a, size_t as,
-							   int nc, float *s, size_t ss, int min, int five)
+							   int nc, float *s, size_t ss, int min, int five, int iq4)
 {
-	const __m256i ones = _mm256_set1_epi16(1), m15 = _mm256_set1_epi8(15);
+	const __m256i ones = _mm256_set1_epi16(1);
 	const size_t bs = OPS_X8N_NIB(min, five) + 128;
-	const int run = five ? 2 : 4; /* parts per int16 run */
+	const int run = iq4 ? 1 : five ? 2 : 4; /* parts per int16 run */
 	const struct blk_q8_32 *y[OPS_PANEL_COLS];
 	__m256 acc[OPS_PANEL_COLS], corr[OPS_PANEL_COLS];
 	const uint8_t *blk = grp;
@@ -325,28 +351,29 @@ static inline __attribute__((always_inline)) void x8n_cols(int64_t n, const uint
 			for (int c = 0; c < nc; c++)
 				s16[c] = _mm256_setzero_si256();
 			for (int g = g0; g < g0 + run; g++) {
-				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + OPS_X8N_NIB(min, five) + 32 * g));
-				__m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+				__m256i lo, hi;
 
-				if (five) {
-					const uint8_t *f = blk + OPS_X8N_FIFTH(min) + 16 * (g / 2) + 4 * (g % 2);
-
-					lo = _mm256_or_si256(lo, bit5_bytes(f));
-					hi = _mm256_or_si256(hi, bit5_bytes(f + 8));
-				}
+				x8_part(blk + OPS_X8N_NIB(min, five), five ? blk + OPS_X8N_FIFTH(min) : NULL, g, iq4, &lo, &hi);
 				for (int c = 0; c < nc; c++) {
-					s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, bcast4(y[c][b].qs + 8 * g)));
-					s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, bcast4(y[c][b].qs + 8 * g + 4)));
+					__m256i ylo = bcast4(y[c][b].qs + 8 * g), yhi = bcast4(y[c][b].qs + 8 * g + 4);
+
+					if (iq4) {
+						s16[c] = _mm256_add_epi32(s16[c], sum4(maddss(lo, ylo)));
+						s16[c] = _mm256_add_epi32(s16[c], sum4(maddss(hi, yhi)));
+					} else {
+						s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, ylo));
+						s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, yhi));
+					}
 				}
 			}
 			for (int c = 0; c < nc; c++)
-				isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16[c], ones));
+				isum[c] = _mm256_add_epi32(isum[c], iq4 ? s16[c] : _mm256_madd_epi16(s16[c], ones));
 		}
 		for (int c = 0; c < nc; c++)
 			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
 	}
 	blk = grp;
-	for (int64_t b = 0; b < n / 32; b++, blk += bs) {
+	for (int64_t b = 0; !iq4 && b < n / 32; b++, blk += bs) {
 		__m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + (min ? 16 : 0))));
 
 		for (int c = 0; c < nc; c++)
@@ -354,122 +381,79 @@ static inline __attribute__((always_inline)) void x8n_cols(int64_t n, const uint
 	}
 	for (int c = 0; c < nc; c++)
 		_mm256_storeu_ps(s + (size_t)c * ss,
-				 min ? _mm256_add_ps(acc[c], corr[c]) : _mm256_fnmadd_ps(_mm256_set1_ps(16.0f), corr[c], acc[c]));
+				 min || iq4 ? _mm256_add_ps(acc[c], corr[c]) : _mm256_fnmadd_ps(_mm256_set1_ps(16.0f), corr[c], acc[c]));
 }
 
 /* Up to 4 columns per pass: more would not stay in the 16 registers. */
-#define X8N_GEMV(NAME, MIN, FIVE)                                                                           \
+#define X8N_GEMV(NAME, MIN, FIVE, IQ4)                                                                      \
 	void NAME(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)          \
 	{                                                                                                  \
 		for (; nc > 0; nc -= 4, a = (const char *)a + 4 * as, s += 4 * ss)                         \
 			switch (nc) {                                                                      \
-			case 1: x8n_cols(n, group, a, as, 1, s, ss, MIN, FIVE); break;                     \
-			case 2: x8n_cols(n, group, a, as, 2, s, ss, MIN, FIVE); break;                     \
-			case 3: x8n_cols(n, group, a, as, 3, s, ss, MIN, FIVE); break;                     \
-			default: x8n_cols(n, group, a, as, 4, s, ss, MIN, FIVE); break;                    \
+			case 1: x8n_cols(n, group, a, as, 1, s, ss, MIN, FIVE, IQ4); break;                \
+			case 2: x8n_cols(n, group, a, as, 2, s, ss, MIN, FIVE, IQ4); break;                \
+			case 3: x8n_cols(n, group, a, as, 3, s, ss, MIN, FIVE, IQ4); break;                \
+			default: x8n_cols(n, group, a, as, 4, s, ss, MIN, FIVE, IQ4); break;               \
 			}                                                                                  \
 	}
 
-X8N_GEMV(gemv_q4_1_x8_avx2, 1, 0)
-X8N_GEMV(gemv_q5_0_x8_avx2, 0, 1)
-X8N_GEMV(gemv_q5_1_x8_avx2, 1, 1)
+X8N_GEMV(gemv_q4_1_x8_avx2, 1, 0, 0)
+X8N_GEMV(gemv_q5_0_x8_avx2, 0, 1, 0)
+X8N_GEMV(gemv_q5_1_x8_avx2, 1, 1, 0)
+X8N_GEMV(gemv_iq4_nl_x8_avx2, 0, 0, 1)
 
-/* A group's blocks are a panel's already, but for the fifth bits and the
- * split of each part's nibbles into two groups of 4 columns. */
-static inline __attribute__((always_inline)) void pack_x8n(const void *group, int64_t n, void *panel, int min, int five)
+/* A group's blocks are a panel's already, but for the fifth bits (or iq4's
+ * values) and the split of each part's nibbles into two groups of 4
+ * columns; pb's d and m are the caller's. */
+static inline void pack_x8_parts(const uint8_t *nib, const uint8_t *fifth, int iq4, uint8_t *pb)
 {
-	const __m256i m15 = _mm256_set1_epi8(15);
+	for (int g = 0; g < 4; g++) {
+		__m256i lo, hi;
+
+		x8_part(nib, fifth, g, iq4, &lo, &hi);
+		_mm256_storeu_si256((__m256i *)(pb + 64 * g), lo);
+		_mm256_storeu_si256((__m256i *)(pb + 64 * g + 32), hi);
+	}
+}
+
+static inline __attribute__((always_inline)) void pack_x8n(const void *group, int64_t n, void *panel, int min, int five,
+							   int iq4)
+{
 	const uint8_t *blk = group;
 	uint8_t *pb = panel;
 
 	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8N_NIB(min, five) + 128, pb += OPS_PANEL_BLOCK) {
 		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
 
-		for (int g = 0; g < 4; g++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + OPS_X8N_NIB(min, five) + 32 * g));
-			__m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-
-			if (five) {
-				const uint8_t *f = blk + OPS_X8N_FIFTH(min) + 16 * (g / 2) + 4 * (g % 2);
-
-				lo = _mm256_or_si256(lo, bit5_bytes(f));
-				hi = _mm256_or_si256(hi, bit5_bytes(f + 8));
-			}
-			_mm256_storeu_si256((__m256i *)(pb + 64 * g), lo);
-			_mm256_storeu_si256((__m256i *)(pb + 64 * g + 32), hi);
-		}
+		pack_x8_parts(blk + OPS_X8N_NIB(min, five), five ? blk + OPS_X8N_FIFTH(min) : NULL, iq4, pb);
 		_mm256_storeu_ps((float *)(pb + 256), d);
-		_mm256_storeu_ps((float *)(pb + 288), min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
-							  : _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)));
+		_mm256_storeu_ps((float *)(pb + 288), min   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
+							  : iq4 ? _mm256_setzero_ps()
+								: _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)));
 	}
 }
 
 void pack_q4_1_x8_avx2(const void *group, int64_t n, void *panel)
 {
-	pack_x8n(group, n, panel, 1, 0);
+	pack_x8n(group, n, panel, 1, 0, 0);
 }
 
 void pack_q5_0_x8_avx2(const void *group, int64_t n, void *panel)
 {
-	pack_x8n(group, n, panel, 0, 1);
+	pack_x8n(group, n, panel, 0, 1, 0);
 }
 
 void pack_q5_1_x8_avx2(const void *group, int64_t n, void *panel)
 {
-	pack_x8n(group, n, panel, 1, 1);
+	pack_x8n(group, n, panel, 1, 1, 0);
+}
+
+void pack_iq4_nl_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_x8n(group, n, panel, 0, 0, 1);
 }
 
 /* ---- iq4_nl and iq4_xs in the interleaved layout ----------------------------------- */
-
-/* iq4_nl groups (q4_0's bytes): each part's codes in two registers of 4
- * elements x 8 rows, looked up to their values and multiplied as |w| times
- * y with w's sign (each int16 pair up to 2 x 127 x 127, so to int32 at
- * once). */
-static inline __attribute__((always_inline)) void iq4_nl_x8_cols(int64_t n, const uint8_t *grp, const void *a,
-								 size_t as, int nc, float *s, size_t ss)
-{
-	const __m256i m15 = _mm256_set1_epi8(15);
-	const struct blk_q8_32 *y[OPS_PANEL_COLS];
-	__m256 acc[OPS_PANEL_COLS];
-	const uint8_t *blk = grp;
-
-	for (int c = 0; c < nc; c++) {
-		y[c] = (const void *)((const char *)a + (size_t)c * as);
-		acc[c] = _mm256_setzero_ps();
-	}
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL) {
-		__m256i isum[OPS_PANEL_COLS];
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-
-		for (int c = 0; c < nc; c++)
-			isum[c] = _mm256_setzero_si256();
-		for (int g = 0; g < 4; g++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
-			__m256i lo = iq4_lookup(_mm256_and_si256(q, m15));
-			__m256i hi = iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15));
-
-			for (int c = 0; c < nc; c++) {
-				isum[c] = _mm256_add_epi32(isum[c], sum4(maddss(lo, bcast4(y[c][b].qs + 8 * g))));
-				isum[c] = _mm256_add_epi32(isum[c], sum4(maddss(hi, bcast4(y[c][b].qs + 8 * g + 4))));
-			}
-		}
-		for (int c = 0; c < nc; c++)
-			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
-	}
-	for (int c = 0; c < nc; c++)
-		_mm256_storeu_ps(s + (size_t)c * ss, acc[c]);
-}
-
-void gemv_iq4_nl_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss)
-{
-	for (; nc > 0; nc -= 4, a = (const char *)a + 4 * as, s += 4 * ss)
-		switch (nc) {
-		case 1: iq4_nl_x8_cols(n, group, a, as, 1, s, ss); break;
-		case 2: iq4_nl_x8_cols(n, group, a, as, 2, s, ss); break;
-		case 3: iq4_nl_x8_cols(n, group, a, as, 3, s, ss); break;
-		default: iq4_nl_x8_cols(n, group, a, as, 4, s, ss); break;
-		}
-}
 
 /* The 64 scales of an iq4_xs group super-block (ops_impl.h), v = 8j + r,
  * less their bias, into sc. */
@@ -494,7 +478,7 @@ static inline void iq4_xs_x8_scales(const uint8_t *sb, int8_t sc[64])
 static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, float *s)
 {
 	const struct blk_q8_256 *y = a;
-	const __m256i m15 = _mm256_set1_epi8(15), low16 = _mm256_set1_epi32(0xffff);
+	const __m256i low16 = _mm256_set1_epi32(0xffff);
 	const uint8_t *sb = group;
 	__m256 acc = _mm256_setzero_ps();
 
@@ -509,9 +493,9 @@ static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, floa
 			__m256i s16 = _mm256_or_si256(_mm256_and_si256(s32, low16), _mm256_slli_epi32(s32, 16));
 
 			for (int g = 0; g < 4; g++) {
-				__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 32 * g));
-				__m256i lo = iq4_lookup(_mm256_and_si256(q, m15));
-				__m256i hi = iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15));
+				__m256i lo, hi;
+
+				x8_part(blk, NULL, g, 1, &lo, &hi);
 				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(maddss(lo, bcast4(y[b].qs + 32 * j + 8 * g)), s16));
 				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(maddss(hi, bcast4(y[b].qs + 32 * j + 8 * g + 4)), s16));
 			}
@@ -524,32 +508,7 @@ static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, floa
 
 OPS_X8_EACH_COL(gemv_iq4_xs_x8_avx2, gemv_iq4_xs_x8_col)
 
-/* Panels of signed values: the codes looked up, as pack_q4_0_x8_avx2
- * splits the parts; iq4_xs's scale per sub-block goes into d. */
-static inline void pack_iq4_part(const uint8_t *nib, uint8_t *pb)
-{
-	const __m256i m15 = _mm256_set1_epi8(15);
-
-	for (int g = 0; g < 4; g++) {
-		__m256i q = _mm256_loadu_si256((const __m256i *)(nib + 32 * g));
-
-		_mm256_storeu_si256((__m256i *)(pb + 64 * g), iq4_lookup(_mm256_and_si256(q, m15)));
-		_mm256_storeu_si256((__m256i *)(pb + 64 * g + 32), iq4_lookup(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15)));
-	}
-}
-
-void pack_iq4_nl_x8_avx2(const void *group, int64_t n, void *panel)
-{
-	const uint8_t *blk = group;
-	uint8_t *pb = panel;
-
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_IQ4_NL, pb += OPS_PANEL_BLOCK) {
-		pack_iq4_part(blk + 16, pb);
-		_mm256_storeu_ps((float *)(pb + 256), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)));
-		_mm256_storeu_ps((float *)(pb + 288), _mm256_setzero_ps());
-	}
-}
-
+/* iq4_xs's panels: each sub-block's values, its scale in d. */
 void pack_iq4_xs_x8_avx2(const void *group, int64_t n, void *panel)
 {
 	const uint8_t *sb = group;
@@ -563,7 +522,7 @@ void pack_iq4_xs_x8_avx2(const void *group, int64_t n, void *panel)
 		for (int j = 0; j < 8; j++, pb += OPS_PANEL_BLOCK) {
 			__m256 dl = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8 * j)))));
 
-			pack_iq4_part(sb + 64 + 128 * j, pb);
+			pack_x8_parts(sb + 64 + 128 * j, NULL, 1, pb);
 			_mm256_storeu_ps((float *)(pb + 256), dl);
 			_mm256_storeu_ps((float *)(pb + 288), _mm256_setzero_ps());
 		}
@@ -609,13 +568,19 @@ static inline __attribute__((always_inline)) void gemv_k2_x8_col_avx2(int64_t n,
 		for (int G = 0; G < 16; G++) {
 			const uint8_t *pair = sb + (three ? 112 + 96 * (G / 2) : 160 + 64 * (G / 2));
 			__m256i x = _mm256_loadu_si256((const __m256i *)(pair + 32 * (G % 2)));
-			__m256i p16 = _mm256_setzero_si256(), s32, bs = _mm256_set1_epi32(y[b].bsums[G]);
+			__m256i p16 = _mm256_setzero_si256(), s32, bs = _mm256_set1_epi32(y[b].bsums[G]), h3 = x;
 
+			if (three) { /* third bits of this half's value bytes, in bits 0-3 */
+				h3 = _mm256_loadu_si256((const __m256i *)(pair + 64));
+				if (G % 2)
+					h3 = _mm256_srli_epi16(h3, 4);
+			}
 			for (int c = 0; c < 4; c++) {
 				__m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * c), m3);
 
-				if (three)
-					v = _mm256_or_si256(v, _mm256_srli_epi16(bit5_bytes(pair + 64 + 8 * c + 4 * (G % 2)), 2));
+				if (three) /* bit c to bit 2, as 4 */
+					v = _mm256_or_si256(v, _mm256_and_si256(c < 3 ? _mm256_slli_epi16(h3, 2 - c) : _mm256_srli_epi16(h3, 1),
+										_mm256_set1_epi8(4)));
 				p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(v, bcast4(y[b].qs + 16 * G + 4 * c)));
 			}
 			if (three) {
