@@ -884,55 +884,7 @@ PANEL_DISPATCH(panel_u4_avx2, OPS_PANEL_U4)
 PANEL_DISPATCH(panel_u5_avx2, OPS_PANEL_U5)
 PANEL_DISPATCH(panel_s8_avx2, OPS_PANEL_S8)
 
-/* ---- the interleaved layout (see ops_impl.h) ----------------------------------------------- */
-
-/* q4_0 groups: per block, the 8 rows' scales in one load and each part's
- * nibbles split into two registers of 4 elements x 8 rows; all 8 products of
- * a row meet in its own int32 lane. The -8 comes off at the end as 8 times
- * the sum over blocks of d times the activation block sum. */
-static inline __attribute__((always_inline)) void q4_0_x8_cols(int64_t n, const uint8_t *grp, const void *a,
-							       size_t as, int nc, float *s, size_t ss)
-{
-	const __m256i ones = _mm256_set1_epi16(1), m15 = _mm256_set1_epi8(15);
-	const struct blk_q8_32 *y[OPS_PANEL_COLS];
-	__m256 acc[OPS_PANEL_COLS], corr[OPS_PANEL_COLS];
-	const uint8_t *blk = grp;
-
-	for (int c = 0; c < nc; c++) {
-		y[c] = (const void *)((const char *)a + (size_t)c * as);
-		acc[c] = _mm256_setzero_ps();
-	}
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0) {
-		__m256i s16[OPS_PANEL_COLS];
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-
-		for (int c = 0; c < nc; c++)
-			s16[c] = _mm256_setzero_si256();
-		for (int g = 0; g < 4; g++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
-			__m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-
-			for (int c = 0; c < nc; c++) {
-				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, bcast4(y[c][b].qs + 8 * g)));
-				s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, bcast4(y[c][b].qs + 8 * g + 4)));
-			}
-		}
-		for (int c = 0; c < nc; c++)
-			acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[c], ones)),
-						 _mm256_mul_ps(d, _mm256_set1_ps(y[c][b].d)), acc[c]);
-	}
-	for (int c = 0; c < nc; c++)
-		corr[c] = _mm256_setzero_ps();
-	blk = grp;
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0) {
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-
-		for (int c = 0; c < nc; c++)
-			corr[c] = _mm256_fmadd_ps(d, _mm256_set1_ps(y[c][b].s), corr[c]);
-	}
-	for (int c = 0; c < nc; c++)
-		_mm256_storeu_ps(s + (size_t)c * ss, _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), corr[c], acc[c]));
-}
+/* ---- the interleaved layout (see ops_impl.h; the blocks of 32 with nibbles: quant_more_avx2.c) */
 
 /* q8_0 groups: |w| times y with w's sign, to int32 after each part. */
 static inline __attribute__((always_inline)) void q8_0_x8_cols(int64_t n, const uint8_t *grp, const void *a,
@@ -986,28 +938,7 @@ static inline __attribute__((always_inline)) void q8_0_x8_cols(int64_t n, const 
 		}                                                                                       \
 	}
 
-X8_DISPATCH(gemv_q4_0_x8_avx2, q4_0_x8_cols)
 X8_DISPATCH(gemv_q8_0_x8_avx2, q8_0_x8_cols)
-
-void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel)
-{
-	const __m256i m15 = _mm256_set1_epi8(15);
-	const uint8_t *blk = group;
-	uint8_t *pb = panel;
-
-	for (int64_t b = 0; b < n / 32; b++, blk += OPS_X8_Q4_0, pb += OPS_PANEL_BLOCK) {
-		__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-
-		for (int g = 0; g < 4; g++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
-
-			_mm256_storeu_si256((__m256i *)(pb + 64 * g), _mm256_and_si256(q, m15));
-			_mm256_storeu_si256((__m256i *)(pb + 64 * g + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m15));
-		}
-		_mm256_storeu_ps((float *)(pb + 256), d);
-		_mm256_storeu_ps((float *)(pb + 288), _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)));
-	}
-}
 
 /* ---- q4_k and q5_k in the interleaved layout (ops_impl.h) ------------------------------ */
 

@@ -1,6 +1,8 @@
 /* quant_more_avx2.c - AVX2 row dots of the types in quant_more.c: q4_1, q5_0,
  * q5_1, iq4_nl (blocks of 32 against OPS_ACT_Q8_1 / OPS_ACT_Q8_32) and q2_k, q3_k, iq4_xs
- * (blocks of 256 against OPS_ACT_Q8_256).
+ * (blocks of 256 against OPS_ACT_Q8_256), and the group dots and packs of
+ * their interleaved layouts and of q4_0's, which the blocks of 32 with
+ * nibbles share.
  *
  * The integer parts equal the references': unsigned codes (0..3, 0..15,
  * 0..31) times int8 activations through vpmaddubsw, which cannot saturate at
@@ -315,12 +317,14 @@ static inline void x8_part(const uint8_t *nib, const uint8_t *fifth, int g, int 
 	}
 }
 
-/* Groups of 8 rows, as q4_0's (quant_avx2.c): each part's nibbles in two
- * registers of 4 elements x 8 rows, each row's products in its own int32
- * lane; the fifth bits come in from their 32-bit masks. With fifth bits the
- * int16 sums go to int32 after every two parts (4 x 2 x 31 x 127 < 2^15).
- * The offset, m s (q4_1, q5_1) or -16 d s (q5_0), is a second pass over the
- * blocks' scales (the registers are full in the first). iq4_nl (q4_0's
+/* Groups of 8 rows of the blocks of 32 with nibbles (q4_0, q4_1, q5_0, q5_1,
+ * iq4_nl): per block, the 8 rows' scales in one load and each part's
+ * nibbles in two registers of 4 elements x 8 rows, each row's products in
+ * its own int32 lane; the fifth bits come in from their 32-bit masks. The
+ * int16 sums go to int32 after the block (4 x 2 x 2 x 15 x 127 < 2^15), with
+ * fifth bits after every two parts (4 x 2 x 31 x 127 < 2^15). The offset,
+ * m s (q4_1, q5_1) or -8 d s (q4_0) or -16 d s (q5_0), is a second pass
+ * over the blocks' scales (the registers are full in the first). iq4_nl (q4_0's
  * bytes, iq4 set): the codes looked up to their values and multiplied as
  * |w| times y with w's sign, each int16 pair up to 2 x 127 x 127, so to
  * int32 after every part; no offset. */
@@ -381,7 +385,8 @@ static inline __attribute__((always_inline)) void x8n_cols(int64_t n, const uint
 	}
 	for (int c = 0; c < nc; c++)
 		_mm256_storeu_ps(s + (size_t)c * ss,
-				 min || iq4 ? _mm256_add_ps(acc[c], corr[c]) : _mm256_fnmadd_ps(_mm256_set1_ps(16.0f), corr[c], acc[c]));
+				 min || iq4 ? _mm256_add_ps(acc[c], corr[c])
+					    : _mm256_fnmadd_ps(_mm256_set1_ps(five ? 16.0f : 8.0f), corr[c], acc[c]));
 }
 
 /* Up to 4 columns per pass: more would not stay in the 16 registers. */
@@ -397,6 +402,7 @@ static inline __attribute__((always_inline)) void x8n_cols(int64_t n, const uint
 			}                                                                                  \
 	}
 
+X8N_GEMV(gemv_q4_0_x8_avx2, 0, 0, 0)
 X8N_GEMV(gemv_q4_1_x8_avx2, 1, 0, 0)
 X8N_GEMV(gemv_q5_0_x8_avx2, 0, 1, 0)
 X8N_GEMV(gemv_q5_1_x8_avx2, 1, 1, 0)
@@ -429,8 +435,13 @@ static inline __attribute__((always_inline)) void pack_x8n(const void *group, in
 		_mm256_storeu_ps((float *)(pb + 256), d);
 		_mm256_storeu_ps((float *)(pb + 288), min   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
 							  : iq4 ? _mm256_setzero_ps()
-								: _mm256_mul_ps(d, _mm256_set1_ps(-16.0f)));
+								: _mm256_mul_ps(d, _mm256_set1_ps(five ? -16.0f : -8.0f)));
 	}
+}
+
+void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel)
+{
+	pack_x8n(group, n, panel, 0, 0, 0);
 }
 
 void pack_q4_1_x8_avx2(const void *group, int64_t n, void *panel)

@@ -44,9 +44,7 @@ void pack_q6_k_avx2(const void *w, size_t ws, int nr, int64_t n, void *panel);
 void panel_k6_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_u5_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
 void panel_s8_avx2(int64_t n, const void *panel, const void *a, size_t as, int nc, float *s, size_t ss);
-void gemv_q4_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q8_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
-void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel);
 void pack_q4_k_x8_avx2(const void *group, int64_t n, void *panel);
 void gemv_q6_k_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void pack_q6_k_x8_avx2(const void *group, int64_t n, void *panel);
@@ -62,6 +60,8 @@ void dot_rows_iq4_nl_avx2(int64_t n, const void *w, size_t ws, int nr, const voi
 void dot_rows_q2_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_q3_k_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
 void dot_rows_iq4_xs_avx2(int64_t n, const void *w, size_t ws, int nr, const void *a, float *s);
+void gemv_q4_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
+void pack_q4_0_x8_avx2(const void *group, int64_t n, void *panel);
 void gemv_q4_1_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q5_0_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
 void gemv_q5_1_x8_avx2(int64_t n, const void *group, const void *a, size_t as, int nc, float *s, size_t ss);
