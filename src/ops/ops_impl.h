@@ -327,12 +327,12 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *
  *   q4_1, q5_0, q5_1: as q4_0, with what else the type has before the
  *         nibbles: f16 d[8] | q4_1, q5_1: f16 m[8] | q5_0, q5_1: 32 bytes
- *         of fifth bits | the nibbles, 4 x 32 bytes as q4_0's. The fifth
- *         bits are 4 little-endian uint64 F[2p + h]: bit 32 t + 4 r + k of
- *         F[2p + h] belongs to element 8 (2p + t) + 4 h + k of row r, the
- *         value in the low (h = 0) or high (h = 1) nibble of byte 4 r + k of
- *         part 2p + t, so that one 64-bit mask covers the nibbles of two
- *         parts in one register (w = d q + m; q5_0: d (q - 16))
+ *         of fifth bits | the nibbles, 4 x 32 bytes as q4_0's. Byte i of
+ *         the fifth bits holds in bit 2g + h the fifth bit of the value in
+ *         nibble h (0 low, 1 high) of byte i of part g (element
+ *         8g + 4h + i % 4 of row i / 4), so that a shift and a mask put a
+ *         nibble's bits in place for a whole part, and a byte test makes a
+ *         512-bit register's mask (w = d q + m; q5_0: d (q - 16))
  *                                                 160, 176 and 192 bytes
  *   iq4_nl: q4_0's bytes (the nibbles are codes of ops_iq4nl_values)   144 bytes
  *   iq4_xs: a super-block of 8 rows (1088 bytes; x8_block 136): f16 d[8] |

@@ -548,13 +548,14 @@ static inline size_t x8n_block(int min, int five)
 	return (size_t)OPS_X8N_NIB(min, five) + 128;
 }
 
-/* Byte and bit of the fifth bit of element e of row r in a group block. */
+/* Byte and bit of the fifth bit of element e of row r in a group block:
+ * bit 2g + h of byte 4r + k for the nibble h of byte 4r + k of part g. */
 static inline size_t x8n_fifth_at(int min, int r, int e, int *bit)
 {
-	int g = e / 8, h = (e % 8) / 4, k = e % 4, b = 32 * (g % 2) + 4 * r + k;
+	int g = e / 8, h = (e % 8) / 4, k = e % 4;
 
-	*bit = b % 8;
-	return (size_t)OPS_X8N_FIFTH(min) + 8 * (size_t)(2 * (g / 2) + h) + (size_t)(b / 8);
+	*bit = 2 * g + h;
+	return (size_t)OPS_X8N_FIFTH(min) + (size_t)(4 * r + k);
 }
 
 /* Element e (0..31) of row r of a group block: 0..15 or 0..31. */
@@ -579,8 +580,8 @@ static inline float x8n_half(const uint8_t *blk, size_t at)
 	return F16(h);
 }
 
-/* Row r's 32 values v (0..31) into a group block: its nibbles, and its
- * fifth bits into the (zeroed) words they share with the other rows. */
+/* Row r's 32 values v (0..31) into a group block: its nibbles and its fifth
+ * bits (bytes of its own). */
 static inline void x8n_put(uint8_t *o, int r, const uint8_t v[32], int min, int five)
 {
 	uint8_t *nib = o + OPS_X8N_NIB(min, five), *f = o + OPS_X8N_FIFTH(min);
@@ -589,14 +590,14 @@ static inline void x8n_put(uint8_t *o, int r, const uint8_t v[32], int min, int 
 		for (int k = 0; k < 4; k++)
 			nib[32 * g + 4 * r + k] = (uint8_t)((v[8 * g + k] & 15) | (v[8 * g + 4 + k] & 15) << 4);
 	if (five)
-		for (int g = 0; g < 4; g++)
-			for (int h = 0; h < 2; h++) {
-				const uint8_t *u = v + 8 * g + 4 * h;
-				unsigned bits = (unsigned)(u[0] >> 4 | (u[1] >> 4) << 1 | (u[2] >> 4) << 2 | (u[3] >> 4) << 3);
+		for (int k = 0; k < 4; k++) {
+			unsigned bits = 0;
 
-				/* bits 4r .. 4r + 3 of half g % 2 of word 2 (g / 2) + h */
-				f[16 * (g / 2) + 8 * h + 4 * (g % 2) + r / 2] |= (uint8_t)(bits << (4 * (r % 2)));
-			}
+			for (int g = 0; g < 4; g++)
+				for (int h = 0; h < 2; h++)
+					bits |= (unsigned)(v[8 * g + 4 * h + k] >> 4) << (2 * g + h);
+			f[4 * r + k] = (uint8_t)bits;
+		}
 }
 
 /* The 32 values of a q4_1 / q5_0 / q5_1 block's 16 bytes of nibbles and
@@ -621,7 +622,6 @@ static inline void x8n_values(const uint8_t *qs, const uint8_t *qh, uint8_t v[32
 		uint8_t *o = dst;                                                                        \
 		for (int64_t r0 = 0; r0 < rows; r0 += 8)                                                 \
 			for (int64_t b = 0; b < n / 32; b++, o += x8n_block(MIN, FIVE)) {               \
-				memset(o + OPS_X8N_FIFTH(MIN), 0, 32 * (FIVE));                          \
 				for (int r = 0; r < 8; r++) {                                            \
 					const BLK *x = (const BLK *)((const char *)w + (size_t)(r0 + r) * ws) + b; \
 					uint8_t v[32];                                                   \

@@ -337,7 +337,7 @@ static inline __m512i iq4_table128(void)
  * of a block (4 bytes of each of the 8 rows per part); each row's products
  * add up in lanes r and 8 + r, folded at the end. Unsigned weight values
  * are w + off (q4_0: the nibbles, off = 8; q5_0: with the fifth bits added
- * under their 64-bit masks, off = 16; iq4_nl: its values + 128 looked up
+ * under masks from a byte test, off = 16; iq4_nl: its values + 128 looked up
  * from the codes, off = 128; q8_0: w ^ 0x80, off = 128); the offset comes
  * off as off * sum over blocks of d s_y. q4_1 and q5_1 (w = d q + m) add
  * m s_y instead. */
@@ -385,12 +385,12 @@ static inline __attribute__((always_inline)) void x8_cols_512(int64_t n, const u
 				__m512i ilo = dw_pair(4 * p, 4 * p + 2), ihi = dw_pair(4 * p + 1, 4 * p + 3);
 
 				if (five) {
-					uint64_t flo, fhi;
+					/* parts 2p, 2p + 1: bits 4p (+1) of the fifth bytes in the low half, 4p + 2 (+1) in the high */
+					__m512i f = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + OPS_X8N_FIFTH(min))));
+					__m512i bl = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << 4 * p)), _mm256_set1_epi8((char)(4 << 4 * p)), 1);
 
-					memcpy(&flo, blk + OPS_X8N_FIFTH(min) + 16 * p, sizeof flo);
-					memcpy(&fhi, blk + OPS_X8N_FIFTH(min) + 16 * p + 8, sizeof fhi);
-					lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(flo), lo, c16);
-					hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(fhi), hi, c16);
+					lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(f, bl), lo, c16);
+					hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(f, _mm512_add_epi8(bl, bl)), hi, c16);
 				}
 				if (iq4) {
 					lo = _mm512_shuffle_epi8(tbl, lo);

@@ -305,11 +305,11 @@ static inline void x8_part(const uint8_t *nib, const uint8_t *fifth, int g, int 
 
 	*lo = _mm256_and_si256(q, m15);
 	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
-	if (fifth) {
-		const uint8_t *f = fifth + 16 * (g / 2) + 4 * (g % 2);
+	if (fifth) { /* bits 2g and 2g + 1 of each byte to bit 4, as 16 */
+		const __m256i f = _mm256_loadu_si256((const __m256i *)fifth), c16 = _mm256_set1_epi8(16);
 
-		*lo = _mm256_or_si256(*lo, bit5_bytes(f));
-		*hi = _mm256_or_si256(*hi, bit5_bytes(f + 8));
+		*lo = _mm256_or_si256(*lo, _mm256_and_si256(g < 2 ? _mm256_slli_epi16(f, 4 - 2 * g) : _mm256_srli_epi16(f, 2 * g - 4), c16));
+		*hi = _mm256_or_si256(*hi, _mm256_and_si256(g < 2 ? _mm256_slli_epi16(f, 3 - 2 * g) : _mm256_srli_epi16(f, 2 * g - 3), c16));
 	}
 	if (iq4) {
 		*lo = iq4_lookup(*lo);
