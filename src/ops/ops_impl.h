@@ -358,7 +358,8 @@ typedef void (*ops_panel2_fn)(int64_t n, const void *panel, size_t pstride, cons
  *         at bit 2 of each byte, in a 256- or a 512-bit register)
  *
  * the same bytes as 8 rows of blocks. Activations are OPS_ACT_Q8_32 (q4_1,
- * q5_1: OPS_ACT_Q8_1; the k-quants: OPS_ACT_Q8_256). One 64-byte chunk of q4_k gives two registers
+ * q5_1: OPS_ACT_Q8_1; the k-quants and iq4_xs: OPS_ACT_Q8_256). One 64-byte
+ * chunk of q4_k gives two registers
  * of 16 int32 lanes, lane 8p + r holding 4 values of row r, so that one
  * vpdpbusd covers 8 rows and 2 sub-blocks, each row's sum stays in its
  * lanes, and the scales of a pair unpack to the lanes' order in one
