@@ -728,6 +728,7 @@ static void test_interleaved(void **state)
 #if HAVE_X86
 	/* the AVX2 group dots where the selected ones may be others */
 	static const ops_gemv_x8_fn x8_avx2[TKV_DTYPE_COUNT] = {
+		[TKV_Q4_0] = gemv_q4_0_x8_avx2, [TKV_Q8_0] = gemv_q8_0_x8_avx2,
 		[TKV_Q4_K] = gemv_q4_k_x8_avx2, [TKV_Q5_K] = gemv_q5_k_x8_avx2, [TKV_Q6_K] = gemv_q6_k_x8_avx2,
 		[TKV_Q4_1] = gemv_q4_1_x8_avx2, [TKV_Q5_0] = gemv_q5_0_x8_avx2, [TKV_Q5_1] = gemv_q5_1_x8_avx2,
 		[TKV_IQ4_NL] = gemv_iq4_nl_x8_avx2, [TKV_IQ4_XS] = gemv_iq4_xs_x8_avx2,
