@@ -481,7 +481,6 @@ int ops_quantize_row(uint32_t type, const float *x, void *out, int64_t n)
 
 /* ---- panels (see ops_impl.h) ------------------------------------------------------ */
 
-/* Writes one block of one row into a panel block: 32 values, scale, offset. */
 /* The generic packer: decode(row, block, q, &d, &m) gives block b of a row. */
 void ops_pack_rows(const void *w, size_t ws, int nr, int64_t n, void *panel, ops_panel_decode_fn decode)
 {
@@ -687,9 +686,7 @@ void repack_q8_0_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 /* Element e of row r of a q4_0 group block, as 0..15. */
 static inline int x8_q4_0(const uint8_t *blk, int r, int e)
 {
-	int g = e / 8, k = e % 8;
-
-	return (blk[16 + 32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
+	return x8_nib(blk + 16, r, e);
 }
 
 static inline int x8_q8_0(const uint8_t *blk, int r, int e)
@@ -699,10 +696,7 @@ static inline int x8_q8_0(const uint8_t *blk, int r, int e)
 
 static inline float x8_d(const uint8_t *blk, int r)
 {
-	uint16_t h;
-
-	memcpy(&h, blk + 2 * r, 2);
-	return F16(h);
+	return x8_half(blk, 2 * (size_t)r);
 }
 
 /* The same sums, in the same float order, as dot_rows_q4_0_ref / q8_0_ref:
@@ -827,10 +821,8 @@ static void repack_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void 
 					int vs = 8 * j + r, vm = 64 + 8 * r + j;
 
 					ops_k_scale_min(x.scales, j, &sc, &m);
-					o[32 + vs] |= (uint8_t)(sc & 15);
-					o[32 + vm % 64] |= (uint8_t)((m & 15) << 4);
-					o[96 + vs % 32] |= (uint8_t)((sc >> 4) << (2 * (vs / 32)));
-					o[96 + vm % 32] |= (uint8_t)((m >> 4) << (2 * (vm / 32)));
+					x8_six_put(o + 32, 128, vs, sc);
+					x8_six_put(o + 32, 128, vm, m);
 				}
 				/* byte 4 (8p + r) + e of chunk c of pair t: elements 8c + e
 				 * and 8c + 4 + e of sub-block 2t + p (x8_k_at) */
@@ -868,9 +860,7 @@ void repack_q5_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
  * group's super-block sb. */
 static inline int x8_k_sm(const uint8_t *sb, int r, int j)
 {
-	int v = j < 8 ? 8 * j + r : 64 + 8 * r + (j - 8);
-
-	return ((sb[32 + v % 64] >> (v >= 64 ? 4 : 0)) & 15) | ((sb[96 + v % 32] >> (2 * (v / 32))) & 3) << 4;
+	return x8_six(sb + 32, 128, j < 8 ? 8 * j + r : 64 + 8 * r + (j - 8));
 }
 
 /* Row r of a group super-block back as a q4_k or q5_k block (out): the
@@ -1031,7 +1021,7 @@ void repack_q6_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 
 	for (int64_t r0 = 0; r0 < rows; r0 += 8)
 		for (int64_t b = 0; b < n / QK_K; b++, o += OPS_X8_Q6_K_SB) {
-			memset(o, 0, OPS_X8_Q6_K_SB);
+			/* every byte is written below: no zeroing */
 			for (int r = 0; r < 8; r++) {
 				const struct blk_q6_k *x = (const struct blk_q6_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
 

@@ -561,8 +561,7 @@ static inline size_t x8n_fifth_at(int min, int r, int e, int *bit)
 /* Element e (0..31) of row r of a group block: 0..15 or 0..31. */
 static inline int x8n_value(const uint8_t *blk, int min, int five, int r, int e)
 {
-	int g = e / 8, k = e % 8, bit;
-	int v = (blk[OPS_X8N_NIB(min, five) + 32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
+	int bit, v = x8_nib(blk + OPS_X8N_NIB(min, five), r, e);
 
 	if (five) {
 		size_t at = x8n_fifth_at(min, r, e, &bit);
@@ -570,14 +569,6 @@ static inline int x8n_value(const uint8_t *blk, int min, int five, int r, int e)
 		v |= ((blk[at] >> bit) & 1) << 4;
 	}
 	return v;
-}
-
-static inline float x8n_half(const uint8_t *blk, size_t at)
-{
-	uint16_t h;
-
-	memcpy(&h, blk + at, sizeof h);
-	return F16(h);
 }
 
 /* Row r's 32 values v (0..31) into a group block: its nibbles and its fifth
@@ -669,10 +660,10 @@ static void gemv_x8n_ref(int64_t n, const void *group, const void *a, size_t as,
 				for (int e = 0; e < 32; e++)
 					isum += x8n_int(blk, min, five, iq4, r, e) * y[b].qs[e];
 				if (min)
-					sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum +
-					       x8n_half(blk, 16 + 2 * (size_t)r) * y[b].s;
+					sum += x8_half(blk, 2 * (size_t)r) * y[b].d * (float)isum +
+					       x8_half(blk, 16 + 2 * (size_t)r) * y[b].s;
 				else
-					sum += x8n_half(blk, 2 * (size_t)r) * y[b].d * (float)isum;
+					sum += x8_half(blk, 2 * (size_t)r) * y[b].d * (float)isum;
 			}
 			s[(size_t)c * ss + r] = sum;
 		}
@@ -685,7 +676,7 @@ static void dequant_x8n_ref(const void *group, int r, int64_t n, float *out, int
 	const uint8_t *blk = group;
 
 	for (int64_t b = 0; b < n / 32; b++, blk += x8n_block(min, five)) {
-		float d = x8n_half(blk, 2 * (size_t)r), m = min ? x8n_half(blk, 16 + 2 * (size_t)r) : 0.0f;
+		float d = x8_half(blk, 2 * (size_t)r), m = min ? x8_half(blk, 16 + 2 * (size_t)r) : 0.0f;
 
 		for (int e = 0; e < 32; e++) /* no + 0: a -0 stays -0, as in the row references */
 			out[32 * b + e] = min ? (float)x8n_int(blk, min, five, iq4, r, e) * d + m
@@ -702,11 +693,11 @@ static void pack_x8n_ref(const void *group, int64_t n, void *panel, int min, int
 	for (int64_t b = 0; b < n / 32; b++, blk += x8n_block(min, five), pb += OPS_PANEL_BLOCK)
 		for (int r = 0; r < 8; r++) {
 			uint8_t q[32];
-			float d = x8n_half(blk, 2 * (size_t)r);
+			float d = x8_half(blk, 2 * (size_t)r);
 
 			for (int e = 0; e < 32; e++)
 				q[e] = (uint8_t)(iq4 ? x8n_int(blk, min, five, iq4, r, e) : x8n_value(blk, min, five, r, e));
-			ops_panel_put(pb, r, q, d, min ? x8n_half(blk, 16 + 2 * (size_t)r) : iq4 ? 0.0f : -16.0f * d);
+			ops_panel_put(pb, r, q, d, min ? x8_half(blk, 16 + 2 * (size_t)r) : iq4 ? 0.0f : -16.0f * d);
 		}
 }
 
@@ -736,22 +727,11 @@ X8N_REFS(iq4_nl, 0, 0, 1)
 _Static_assert(sizeof(struct blk_iq4_nl) == sizeof(struct blk_q4_0) && offsetof(struct blk_iq4_nl, qs) == 2,
 	       "iq4_nl blocks are laid out as q4_0's");
 
-/* The code (0..15) of element e of row r in 4 x 32 bytes of nibbles laid out
- * as q4_0's group block. */
-static inline int x8_nib(const uint8_t *nib, int r, int e)
-{
-	int g = e / 8, k = e % 8;
-
-	return (nib[32 * g + 4 * r + k % 4] >> (k >= 4 ? 4 : 0)) & 15;
-}
-
 /* iq4_xs: the 6-bit scale (biased by 32) of sub-block j of row r of a group
  * super-block, v = 8 j + r. */
 static inline int x8_iq4_xs_scale(const uint8_t *sb, int r, int j)
 {
-	int v = 8 * j + r;
-
-	return ((sb[16 + v % 32] >> (v >= 32 ? 4 : 0)) & 15) | ((sb[48 + v % 16] >> (2 * (v / 16))) & 3) << 4;
+	return x8_six(sb + 16, 64, 8 * j + r);
 }
 
 void repack_iq4_xs_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst)
@@ -766,11 +746,9 @@ void repack_iq4_xs_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *d
 
 				memcpy(o + 2 * r, &x->d, 2);
 				for (int j = 0; j < 8; j++) {
-					int v = 8 * j + r, ls = iq4_xs_scale(x, j);
 					uint8_t *nib = o + 64 + 128 * j;
 
-					o[16 + v % 32] |= (uint8_t)((ls & 15) << (v >= 32 ? 4 : 0));
-					o[48 + v % 16] |= (uint8_t)((ls >> 4) << (2 * (v / 16)));
+					x8_six_put(o + 16, 64, 8 * j + r, iq4_xs_scale(x, j));
 					for (int g = 0; g < 4; g++)
 						for (int k = 0; k < 4; k++)
 							nib[32 * g + 4 * r + k] = (uint8_t)(nib32(x->qs + 16 * j, 8 * g + k) |
@@ -800,7 +778,7 @@ void gemv_iq4_xs_x8_ref(int64_t n, const void *group, const void *a, size_t as, 
 						dot += ops_iq4nl_values[x8_nib(sb + 64 + 128 * j, r, e)] * y[b].qs[32 * j + e];
 					isum += (x8_iq4_xs_scale(sb, r, j) - 32) * dot;
 				}
-				sum += x8n_half(sb, 2 * (size_t)r) * y[b].d * (float)isum;
+				sum += x8_half(sb, 2 * (size_t)r) * y[b].d * (float)isum;
 			}
 			s[(size_t)c * ss + r] = sum;
 		}
@@ -812,7 +790,7 @@ void dequant_iq4_xs_x8_ref(const void *group, int r, int64_t n, float *out)
 	const uint8_t *sb = group;
 
 	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_IQ4_XS_SB) {
-		float d = x8n_half(sb, 2 * (size_t)r);
+		float d = x8_half(sb, 2 * (size_t)r);
 
 		for (int j = 0; j < 8; j++) {
 			float dl = d * (float)(x8_iq4_xs_scale(sb, r, j) - 32);
@@ -836,7 +814,7 @@ void pack_iq4_xs_x8_ref(const void *group, int64_t n, void *panel)
 
 				for (int e = 0; e < 32; e++)
 					q[e] = (uint8_t)ops_iq4nl_values[x8_nib(sb + 64 + 128 * j, r, e)];
-				ops_panel_put(pb, r, q, x8n_half(sb, 2 * (size_t)r) * (float)(x8_iq4_xs_scale(sb, r, j) - 32),
+				ops_panel_put(pb, r, q, x8_half(sb, 2 * (size_t)r) * (float)(x8_iq4_xs_scale(sb, r, j) - 32),
 					      0.0f);
 			}
 }
@@ -891,12 +869,8 @@ void repack_q3_k_x8(const void *w, size_t ws, int64_t rows, int64_t n, void *dst
 				const struct blk_q3_k *x = (const struct blk_q3_k *)((const char *)w + (size_t)(r0 + r) * ws) + b;
 
 				memcpy(o + 2 * r, &x->d, 2);
-				for (int G = 0; G < 16; G++) {
-					int v = 8 * G + r, ls = q3_k_scale(x->scales, G);
-
-					o[16 + v % 64] |= (uint8_t)((ls & 15) << (v >= 64 ? 4 : 0));
-					o[80 + v % 32] |= (uint8_t)((ls >> 4) << (2 * (v / 32)));
-				}
+				for (int G = 0; G < 16; G++)
+					x8_six_put(o + 16, 128, 8 * G + r, q3_k_scale(x->scales, G));
 				for (int e = 0; e < QK_K; e++) {
 					int P, by, c, u = q3_k_value(x, e) + 4;
 					uint8_t *pair;
@@ -933,9 +907,7 @@ static inline int x8_q3_k_value(const uint8_t *sb, int r, int e)
 /* q3_k's scale of 16-group G of row r, biased by 32. */
 static inline int x8_q3_k_scale(const uint8_t *sb, int r, int G)
 {
-	int v = 8 * G + r;
-
-	return ((sb[16 + v % 64] >> (v >= 64 ? 4 : 0)) & 15) | ((sb[80 + v % 32] >> (2 * (v / 32))) & 3) << 4;
+	return x8_six(sb + 16, 128, 8 * G + r);
 }
 
 /* The same sums, in the same order, as dot_q2_k / dot_q3_k. */
@@ -967,10 +939,10 @@ static void gemv_k2_x8_ref(int64_t n, const void *group, const void *a, size_t a
 					}
 				}
 				if (three)
-					sum += x8n_half(sb, 2 * (size_t)r) * y[b].d * (float)isum;
+					sum += x8_half(sb, 2 * (size_t)r) * y[b].d * (float)isum;
 				else
-					sum += y[b].d * (x8n_half(sb, 2 * (size_t)r) * (float)isum -
-							 x8n_half(sb, 16 + 2 * (size_t)r) * (float)msum);
+					sum += y[b].d * (x8_half(sb, 2 * (size_t)r) * (float)isum -
+							 x8_half(sb, 16 + 2 * (size_t)r) * (float)msum);
 			}
 			s[(size_t)c * ss + r] = sum;
 		}
@@ -993,7 +965,7 @@ void dequant_q2_k_x8_ref(const void *group, int r, int64_t n, float *out)
 	const uint8_t *sb = group;
 
 	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q2_K_SB) {
-		float d = x8n_half(sb, 2 * (size_t)r), dmin = x8n_half(sb, 16 + 2 * (size_t)r);
+		float d = x8_half(sb, 2 * (size_t)r), dmin = x8_half(sb, 16 + 2 * (size_t)r);
 
 		for (int G = 0; G < 16; G++) {
 			int v = sb[32 + 8 * G + r];
@@ -1010,7 +982,7 @@ void dequant_q3_k_x8_ref(const void *group, int r, int64_t n, float *out)
 	const uint8_t *sb = group;
 
 	for (int64_t b = 0; b < n / QK_K; b++, sb += OPS_X8_Q3_K_SB) {
-		float d = x8n_half(sb, 2 * (size_t)r);
+		float d = x8_half(sb, 2 * (size_t)r);
 
 		for (int G = 0; G < 16; G++) {
 			float dl = d * (float)(x8_q3_k_scale(sb, r, G) - 32);

@@ -445,7 +445,6 @@ static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, floa
 {
 	const struct blk_q8_256 *y = a;
 	const __m512i m15 = _mm512_set1_epi8(15), tbl = iq4_table128();
-	const __m256i m15y = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
 	const uint8_t *sb = group;
 	__m256 acc = _mm256_setzero_ps();
 
@@ -454,19 +453,7 @@ static void gemv_iq4_xs_x8_col(int64_t n, const void *group, const void *a, floa
 		__m512i isum = _mm512_setzero_si512();
 		__m256i corr = _mm256_setzero_si256();
 
-		{
-			/* the 64 scales, v = 8j + r, less their bias */
-			__m256i lo = _mm256_loadu_si256((const __m256i *)(sb + 16));
-			__m128i h = _mm_loadu_si128((const __m128i *)(sb + 48));
-			__m256i h2 = _mm256_set_m128i(_mm_srli_epi16(h, 2), h);
-			__m256i h4 = _mm256_set_m128i(_mm_srli_epi16(h, 6), _mm_srli_epi16(h, 4));
-			__m256i s0 = _mm256_or_si256(_mm256_and_si256(lo, m15y), _mm256_slli_epi16(_mm256_and_si256(h2, m3), 4));
-			__m256i s1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m15y),
-						     _mm256_slli_epi16(_mm256_and_si256(h4, m3), 4));
-
-			_mm256_storeu_si256((__m256i *)sc, _mm256_sub_epi8(s0, _mm256_set1_epi8(32)));
-			_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_sub_epi8(s1, _mm256_set1_epi8(32)));
-		}
+		iq4_xs_x8_scales(sb, sc);
 		for (int j = 0; j < 8; j++) {
 			const uint8_t *blk = sb + 64 + 128 * j;
 			__m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y[b].qs + 32 * j)));

@@ -466,23 +466,6 @@ void pack_iq4_nl_x8_avx2(const void *group, int64_t n, void *panel)
 
 /* ---- iq4_nl and iq4_xs in the interleaved layout ----------------------------------- */
 
-/* The 64 scales of an iq4_xs group super-block (ops_impl.h), v = 8j + r,
- * less their bias, into sc. */
-static inline void iq4_xs_x8_scales(const uint8_t *sb, int8_t sc[64])
-{
-	const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-	__m256i lo = _mm256_loadu_si256((const __m256i *)(sb + 16));
-	__m128i h = _mm_loadu_si128((const __m128i *)(sb + 48));
-	__m256i h2 = _mm256_set_m128i(_mm_srli_epi16(h, 2), h);
-	__m256i h4 = _mm256_set_m128i(_mm_srli_epi16(h, 6), _mm_srli_epi16(h, 4));
-	__m256i s0 = _mm256_or_si256(_mm256_and_si256(lo, m15), _mm256_slli_epi16(_mm256_and_si256(h2, m3), 4));
-	__m256i s1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m15),
-				     _mm256_slli_epi16(_mm256_and_si256(h4, m3), 4));
-
-	_mm256_storeu_si256((__m256i *)sc, _mm256_sub_epi8(s0, _mm256_set1_epi8(32)));
-	_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_sub_epi8(s1, _mm256_set1_epi8(32)));
-}
-
 /* iq4_xs groups, one column: as iq4_nl's per sub-block, the int16 pair sums
  * times the rows' scales through vpmaddwd (the scale of row r in both
  * halves of lane r), as the row kernel does. */
