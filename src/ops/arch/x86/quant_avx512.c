@@ -550,21 +550,9 @@ static inline __attribute__((always_inline)) void gemv_k2_x8_col(int64_t n, cons
 			}
 			isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(t, scale));
 		}
-		{
-			__m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
-			__m256i m8 = _mm256_add_epi32(_mm512_castsi512_si256(msum), _mm512_extracti64x4_epi64(msum, 1));
-			__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)), yd = _mm256_set1_ps(y[b].d);
-
-			if (three) {
-				acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(i8, _mm256_slli_epi32(m8, 2))),
-						      _mm256_mul_ps(d, yd), acc);
-			} else {
-				__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16)));
-
-				acc = _mm256_fmadd_ps(yd, _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(m8),
-									   _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8))), acc);
-			}
-		}
+		acc = k2_x8_accum(acc, sb, y[b].d,
+				  _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1)),
+				  _mm256_add_epi32(_mm512_castsi512_si256(msum), _mm512_extracti64x4_epi64(msum, 1)), three);
 	}
 	_mm256_storeu_ps(s, acc);
 }

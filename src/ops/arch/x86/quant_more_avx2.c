@@ -589,19 +589,7 @@ static inline __attribute__((always_inline)) void gemv_k2_x8_col_avx2(int64_t n,
 			isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_or_si256(_mm256_and_si256(s32, low16),
 										     _mm256_slli_epi32(s32, 16))));
 		}
-		{
-			__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)), yd = _mm256_set1_ps(y[b].d);
-
-			if (three) {
-				acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(msum, 2))),
-						      _mm256_mul_ps(d, yd), acc);
-			} else {
-				__m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16)));
-
-				acc = _mm256_fmadd_ps(yd, _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(msum),
-									   _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))), acc);
-			}
-		}
+		acc = k2_x8_accum(acc, sb, y[b].d, isum, msum, three);
 	}
 	_mm256_storeu_ps(s, acc);
 }

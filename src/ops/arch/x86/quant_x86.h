@@ -82,6 +82,23 @@ static inline void iq4_xs_x8_scales(const uint8_t *sb, int8_t sc[64])
 	_mm256_storeu_si256((__m256i *)(sc + 32), _mm256_sub_epi8(s1, _mm256_set1_epi8(32)));
 }
 
+/* A q2_k / q3_k group super-block's 8 rows (ops_impl.h) from their exact
+ * integer sums: acc + y_d (d isum - dmin msum) for q2_k (msum: mins times the
+ * activations' 16-element sums), acc + d y_d (isum - 4 msum) for q3_k (msum:
+ * scales times those sums, for its values + 4). */
+static inline __m256 k2_x8_accum(__m256 acc, const uint8_t *sb, float yd, __m256i isum, __m256i msum, int three)
+{
+	__m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sb)), y = _mm256_set1_ps(yd);
+
+	if (three)
+		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(msum, 2))),
+				       _mm256_mul_ps(d, y), acc);
+	return _mm256_fmadd_ps(y,
+			       _mm256_fnmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16))),
+						_mm256_cvtepi32_ps(msum), _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum))),
+			       acc);
+}
+
 /* Stores one panel block: row r's 32 values are u[r]; the 8x8 transpose of
  * 32-bit words puts 4 values of all 8 rows in each 32-byte group. */
 static inline void panel_store(uint8_t *pb, const __m256i u[8], __m256 d, __m256 m)
