@@ -343,17 +343,29 @@ class Block(torch.nn.Module):
         k = rope(self.wk(h).view(B, T, self.kv, self.hd), cos, sin).transpose(1, 2)
         v = self.wv(h).view(B, T, self.kv, self.hd).transpose(1, 2)
         g = self.h // self.kv
-        k = k.repeat_interleave(g, dim=1)
-        v = v.repeat_interleave(g, dim=1)
         if hasattr(F, "scaled_dot_product_attention"):
+            k = k.repeat_interleave(g, dim=1)
+            v = v.repeat_interleave(g, dim=1)
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd)
-            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-            o = torch.softmax(s.float(), dim=-1).to(v.dtype) @ v
+        else:  # older PyTorch (Debian's): the g query heads of a KV head as one matrix
+            s = (q.reshape(B, self.kv, g * T, self.hd) * (1 / math.sqrt(self.hd))) @ k.transpose(-1, -2)
+            s = s.view(B, self.kv, g, T, T) + causal_mask(T, x.device).to(s.dtype)
+            o = (torch.softmax(s, dim=-1).view(B, self.kv, g * T, T) @ v).view(B, self.h, T, self.hd)
         x = x + self.wo(o.transpose(1, 2).reshape(B, T, self.h * self.hd))
         h = rmsnorm(x, self.ffn_norm, eps)
         return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
+
+
+_MASKS = {}
+
+
+def causal_mask(T, device):
+    """0 on and below the diagonal, -inf above (cached per length)."""
+    key = (T, str(device))
+    if key not in _MASKS:
+        m = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
+        _MASKS[key] = torch.zeros(T, T, device=device).masked_fill(m, float("-inf"))
+    return _MASKS[key]
 
 
 def rmsnorm(x, w, eps):
@@ -440,6 +452,9 @@ def lr_at(a, p):
 
 def cmd_train(a):
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type == "cpu":  # some builds start with one thread
+        torch.set_num_threads(os.cpu_count() or 1)
+    G["bf16"] = dev.type == "cuda" or a.bf16
     t0 = time.time()
     torch.manual_seed(a.seed)
     names = load_data(a.data, a.procs)
@@ -510,7 +525,7 @@ def cmd_train(a):
         wt = torch.from_numpy(np.stack(wrows)[:, 1:]).to(dev, non_blocking=True).reshape(-1)
         for g in opt.param_groups:
             g["lr"] = lr_at(a, p)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=G["bf16"]):
             logits = model(x[:, :-1])
         ce = F.cross_entropy(logits.float().view(-1, a.vocab), x[:, 1:].reshape(-1), reduction="none")
         loss = ce.mean()  # what the log shows: the plain LM loss
@@ -554,7 +569,7 @@ def quick_eval(model, a, dev, say):
                 x = torch.tensor([ids[-a.ctx:]], device=dev)
                 out = []
                 for _ in range(10):
-                    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+                    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=G["bf16"]):
                         nxt = int(model(x)[0, -1].argmax())
                     out.append(nxt)
                     x = torch.cat([x, torch.tensor([[nxt]], device=dev)], 1)
@@ -734,6 +749,8 @@ def main():
     t.add_argument("--pack", type=float, default=0.0,
                    help="share of retrieval rows packed with several short examples")
     t.add_argument("--pack-len", type=int, default=2048, help="longest packed example, tokens")
+    t.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast on the CPU too (pays where the CPU has AVX512-BF16 or AMX)")
     t.add_argument("--eval-trials", type=int, default=8, help="greedy retrieval checks at the end (0: none)")
     e = sub.add_parser("export")
     e.add_argument("--weights", required=True)
