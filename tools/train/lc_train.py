@@ -531,8 +531,9 @@ def cmd_train(a):
             rrows = pending[1].get()
         else:
             rrows = pool.map(retrieval_row, seeds)
-        # the next step's retrieval rows are made while this one trains
-        nseeds = [(rng.randrange(1 << 62), T + 1) for _ in range(n_ret)]
+        # the next step's retrieval rows are made while this one trains: as many as it
+        # can take (B), since its share is drawn only then
+        nseeds = [(rng.randrange(1 << 62), T + 1) for _ in range(B)]
         pending = (T, pool.map_async(retrieval_row, nseeds))
         rrows = rrows[:n_ret]
         ret_tokens += sum(r[1] for r in rrows)
