@@ -329,6 +329,37 @@ int tkv_kv_layer_plan_parse(struct tkv_kv_layer_plan *out, const char *text, str
  * normalized to mean 1), into buf (always NUL-terminated). */
 void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t cap);
 
+/* Head plans (--kv-heads): each KV head's share of a sequence's budget.
+ * UNIFORM: an even split (the default). FIXED: one weight per (layer, KV
+ * head), layer-major. AUTO: the engine finds the heads that copy from far
+ * back when it starts: it runs TKV_HEADS_PROBE random tokens, then the same
+ * tokens again, and then other random tokens instead; a KV head's score is
+ * how much more attention its query heads give the first copy from the
+ * second when it repeats (an induction head, the kind that retrieves a
+ * needle: up to 1) than when it does not (0 for heads that attend the same
+ * either way). Weights are mix + (1 - mix) x n x score / sum of scores (n
+ * heads; mean 1), or all 1 when no head scores TKV_HEADS_MIN. A budget is
+ * split as the adaptive policy splits it: each stream the floor its
+ * protected slots need, the rest by weight. Under a layer plan the weights
+ * share each layer's part; without one, the sequence's whole budget. */
+#define TKV_MAX_PLAN_HEADS 1024
+#define TKV_HEADS_PROBE 128
+#define TKV_HEADS_MIN 0.05f
+enum tkv_head_plan_mode { TKV_HEADS_UNIFORM = 0, TKV_HEADS_AUTO = 1, TKV_HEADS_FIXED = 2 };
+
+struct tkv_kv_head_plan {
+	enum tkv_head_plan_mode mode;
+	float mix;                          /* AUTO: the even part of the split, in [0, 1] (0.5) */
+	uint32_t n;                         /* FIXED, and as reported: n_layer x n_kv_head */
+	float weight[TKV_MAX_PLAN_HEADS];   /* each head's relative share, in (0, 1024] */
+	/* reported by tkv_engine_head_plan only: */
+	float score[TKV_MAX_PLAN_HEADS];    /* AUTO: the probe's score per head */
+};
+
+/* "uniform", "auto", "auto:MIX" or a list of weights "W,W,..." (n_layer x
+ * n_kv_head of them, each in (0, 1024]). TKV_ERR_ARG with a message. */
+int tkv_kv_head_plan_parse(struct tkv_kv_head_plan *out, const char *text, struct tkv_error *err);
+
 struct tkv_engine_params {
 	int n_threads;          /* default: physical cores */
 	size_t kv_mem;          /* KV budget in bytes; 0 = unlimited (default 256 MiB) */
@@ -342,6 +373,7 @@ struct tkv_engine_params {
 				 * a page of page_tokens slots, which a fixed layer plan with
 				 * other sizes prevents) */
 	struct tkv_kv_layer_plan layer_plan; /* page size and budget share per layer (uniform) */
+	struct tkv_kv_head_plan head_plan;   /* budget share per KV head (uniform) */
 	struct tkv_alloc *alloc;
 };
 
@@ -393,6 +425,8 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 void tkv_engine_free(struct tkv_engine *e);
 /* A snapshot of the pool's figures into out (the caller's). */
 void tkv_engine_kv_stats(struct tkv_engine *e, struct tkv_kv_stats *out);
+/* The head plan in effect (AUTO: as the probe chose it, with its scores). */
+void tkv_engine_head_plan(const struct tkv_engine *e, struct tkv_kv_head_plan *out);
 
 /* A new, empty sequence of e: *out is the caller's (free with tkv_seq_free
  * before the engine). TKV_ERR_NOMEM. */

@@ -24,6 +24,9 @@ expect 2 "not f16 or f32" run -m "$model" --kv-type q3
 expect 2 "entry 2: page tokens" run -m "$model" --kv-layer-plan 16,x
 expect 2 "budget weight" run -m "$model" --kv-layer-plan 16:0,16,16,16,16
 expect 2 "lists 3 layers; the model has 5" run -m "$model" -p a -n 1 --kv-layer-plan 16,16,8
+expect 2 "the mix after 'auto:' must be in" run -m "$model" --kv-heads auto:3
+expect 2 "weight 2 must be a number" run -m "$model" --kv-heads 1,0
+expect 2 "lists 3 weights; the model has 5 layers" run -m "$model" -p a -n 1 --kv-heads 1,2,3
 printf 'Once upon a time there was a cat.' >"$tmp/plan.txt"
 expect 2 "lists 2 layers; the model has 5" eval -m "$model" "$tmp/plan.txt" --gen 0 --layer-plans 'auto;16,8'
 expect 2 "layer-plans" eval -m "$model" "$tmp/plan.txt" --layer-plans 'auto;;'

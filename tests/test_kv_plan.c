@@ -1,7 +1,9 @@
 /* test_kv_plan.c - layer plans: parsing and printing, the AUTO choice from
  * entropy, the budget split by layer weights, and the engine on stories260K
  * (a fixed plan's page sizes on the pages it allocates, an auto plan chosen
- * after TKV_PLAN_AUTO_TOKENS tokens, the wrong layer count refused). */
+ * after TKV_PLAN_AUTO_TOKENS tokens, the wrong layer count refused). Head
+ * plans: parsing, the split by head weights, the engine's checks, and the
+ * AUTO probe on lc-8k (it finds the heads that copy). */
 #include "testutil.h"
 
 #include <math.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_impl.h"
 #include "kv/plan.h"
 #include "kv/policy.h"
 #include "kv/pool.h"
@@ -161,6 +164,191 @@ static void test_split(void **state)
 	assert_int_equal(atomic_load(&a.live), 0);
 }
 
+static void test_head_parse(void **state)
+{
+	static struct tkv_kv_head_plan p;
+	struct tkv_error err = { 0 };
+	static const char *const bad[] = { "", "auto:", "auto:2", "auto:-0.1", "auto:x", "autox", "auto:0.5,1", "0",
+					   "-1", "1025", "1,", ",1", "1,,2", "x", "1 2", "1;2", "nan" };
+
+	(void)state;
+	assert_int_equal(tkv_kv_head_plan_parse(&p, "uniform", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_HEADS_UNIFORM);
+	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_HEADS_AUTO);
+	assert_true(p.mix == 0.5f);
+	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto:0.25", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_HEADS_AUTO);
+	assert_true(p.mix == 0.25f);
+	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto:0", &err), TKV_OK);
+	assert_true(p.mix == 0.0f);
+	assert_int_equal(tkv_kv_head_plan_parse(&p, "1,2.5,0.25,1024", &err), TKV_OK);
+	assert_int_equal(p.mode, TKV_HEADS_FIXED);
+	assert_int_equal(p.n, 4);
+	assert_true(p.weight[0] == 1.0f && p.weight[1] == 2.5f && p.weight[2] == 0.25f && p.weight[3] == 1024.0f);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		err.msg[0] = 0;
+		if (tkv_kv_head_plan_parse(&p, bad[i], &err) != TKV_ERR_ARG)
+			fail_msg("'%s' was accepted", bad[i]);
+		assert_true(strstr(err.msg, "head plan") != NULL);
+	}
+}
+
+/* Head weights: each stream keeps the floor its protected slots need and
+ * takes the rest by weight; without weights the split is even, to the byte. */
+static void test_head_split(void **state)
+{
+	struct tkv_alloc a = { 0 };
+	struct kv_pool_params pp = kv_pool_default_params();
+	struct tkv_kv_policy_params kp = tkv_kv_policy_default_params();
+	struct kv_pool *pool;
+	struct kv_seq *s;
+	struct kv_cfg c;
+	const float w[6] = { 1.0f, 3.0f, 1.0f, 1.0f, 0.5f, 0.5f };
+	const size_t bytes = 600000;
+	size_t sum = 0, least = SIZE_MAX;
+
+	(void)state;
+	assert_int_equal(kv_pool_init(&pool, &pp, &a, NULL), TKV_OK);
+	assert_int_equal(kv_seq_init(&s, pool, 3, 2, 8, &a, NULL), TKV_OK);
+	assert_int_equal(kv_cfg_init(&c, &kp, 8, 1, KV_FMT_F16, 16, NULL), TKV_OK);
+	kv_seq_set_head_weights(s, w);
+	kv_policy_split_budget(&c, s, bytes);
+	for (size_t i = 0; i < 6; i++) {
+		sum += s->streams[i].budget;
+		least = s->streams[i].budget < least ? s->streams[i].budget : least;
+	}
+	assert_true(sum <= bytes && sum + 6 >= bytes);
+	/* above the common floor, shares follow the weights: 3 : 1 : 0.5 */
+	for (size_t i = 0; i < 6; i++) {
+		double above = (double)s->streams[i].budget - (double)least;
+		double want = (double)(s->streams[1].budget - least) * (w[i] - 0.5) / 2.5;
+
+		assert_true(fabs(above - want) <= 2.0);
+	}
+	assert_true(s->streams[1].budget > 2 * s->streams[0].budget);
+	/* forks keep the weights */
+	{
+		struct kv_seq *f;
+
+		assert_int_equal(kv_seq_fork(&f, s, NULL), TKV_OK);
+		assert_true(f->heads_set && f->streams[1].weight == 3.0f);
+		kv_seq_free(f);
+	}
+	kv_seq_set_head_weights(s, NULL);
+	kv_policy_split_budget(&c, s, bytes);
+	for (size_t i = 0; i < 6; i++)
+		assert_int_equal(s->streams[i].budget, bytes / 6);
+	kv_seq_free(s);
+	kv_pool_free(pool);
+	assert_int_equal(atomic_load(&a.live), 0);
+}
+
+static struct tkv_model *load_named(const char *name)
+{
+	const char *path = tu_model_path(name);
+	struct tkv_model_params mp = tkv_model_default_params();
+	struct tkv_model *m = NULL;
+	struct tkv_error err = { 0 };
+
+	if (!path)
+		return NULL;
+	if (tkv_model_load(&m, path, &mp, &err))
+		fail_msg("load %s: %s", name, err.msg);
+	return m;
+}
+
+/* The engine's head plans: a wrong weight count is refused; fixed weights
+ * reach every sequence; AUTO on lc-8k finds its copying heads (the ones
+ * whose attention lands on a needle at the answer: layer 4's second KV head
+ * and layer 7's first, by far), the same on every start, with weights of
+ * mean 1 that follow the scores, and a sequence under a budget keeps to it. */
+static void test_head_engine(void **state)
+{
+	struct tkv_model *m = load_named("lc-8k.gguf");
+	struct tkv_model_info info;
+	struct tkv_engine_params ep = tkv_engine_default_params();
+	struct tkv_engine *e = NULL;
+	struct tkv_seq *s = NULL;
+	struct tkv_error err = { 0 };
+	static struct tkv_kv_head_plan hp, again;
+	double wsum = 0.0;
+	uint32_t n, top = 0, second = 0;
+
+	(void)state;
+	if (!m)
+		skip();
+	tkv_model_get_info(m, &info);
+	n = info.n_layer * info.n_kv_head;
+	assert_int_equal(n, 16);
+	ep.n_threads = 1;
+	assert_int_equal(tkv_kv_head_plan_parse(&ep.head_plan, "1,2,3", &err), TKV_OK);
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_ERR_ARG);
+	assert_non_null(strstr(err.msg, "16"));
+
+	assert_int_equal(tkv_kv_head_plan_parse(&ep.head_plan, "1,1,1,1,1,1,1,1,1,4,1,1,1,1,1,1", &err), TKV_OK);
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	assert_true(tkv_seq_kv_cache(s)->streams[9].weight == 4.0f);
+	assert_true(tkv_seq_kv_cache(s)->streams[8].weight == 1.0f);
+	tkv_seq_free(s);
+	tkv_engine_free(e);
+
+	assert_int_equal(tkv_kv_head_plan_parse(&ep.head_plan, "auto", &err), TKV_OK);
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	tkv_engine_head_plan(e, &hp);
+	assert_int_equal(hp.mode, TKV_HEADS_AUTO);
+	assert_int_equal(hp.n, n);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_true(hp.score[i] > -0.2f && hp.score[i] < 1.0f);
+		assert_true(hp.weight[i] >= 0.5f - 1e-6f);
+		wsum += hp.weight[i];
+		if (hp.score[i] > hp.score[top]) {
+			second = top;
+			top = i;
+		} else if (i != top && (second == top || hp.score[i] > hp.score[second])) {
+			second = i;
+		}
+	}
+	assert_true(fabs(wsum - n) < 1e-3);
+	assert_int_equal(top, 4 * 2 + 1);
+	assert_int_equal(second, 7 * 2 + 0);
+	assert_true(hp.score[top] > 0.25f && hp.score[second] > 0.2f);
+	assert_true(hp.weight[top] > 2.0f && hp.weight[0] < 0.7f);
+	{
+		/* a sequence under a budget keeps to it, its copying heads with more */
+		size_t cap = 64 * tkv_model_kv_bytes_per_token(m);
+		struct kv_seq *kv;
+
+		assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+		tkv_seq_set_budget(s, cap);
+		for (uint32_t i = 0; i < 400; i++) {
+			int32_t id = (int32_t)(300 + (i * 7919) % 7000);
+
+			if (tkv_seq_decode(s, &id, 1, NULL, 0, &err))
+				fail_msg("decode: %s", err.msg);
+		}
+		kv = tkv_seq_kv_cache(s);
+		{
+			size_t held = 0;
+
+			for (uint32_t i = 0; i < n; i++)
+				held += kv->streams[i].kv_bytes;
+			assert_true(held <= cap);
+		}
+		assert_true(kv->streams[top].budget > 2 * kv->streams[0].budget);
+		assert_true(kv->streams[top].n_tokens > kv->streams[0].n_tokens);
+		tkv_seq_free(s);
+	}
+	tkv_engine_free(e);
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	tkv_engine_head_plan(e, &again);
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(again.score[i] == hp.score[i] && again.weight[i] == hp.weight[i]);
+	tkv_engine_free(e);
+	tkv_model_free(m);
+}
+
 static struct tkv_model *load(void)
 {
 	const char *path = tu_model_path("stories260K.gguf");
@@ -273,6 +461,9 @@ int main(void)
 		cmocka_unit_test(test_auto),
 		cmocka_unit_test(test_split),
 		cmocka_unit_test(test_engine),
+		cmocka_unit_test(test_head_parse),
+		cmocka_unit_test(test_head_split),
+		cmocka_unit_test(test_head_engine),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

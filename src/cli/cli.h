@@ -180,6 +180,8 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 /* Prints a sequence's layer plan (nothing for a uniform one). */
 struct tkv_kv_layer_plan;
 void cli_print_layer_plan(FILE *f, const struct tkv_kv_layer_plan *p);
+/* The head plan (tkv_engine_head_plan) for --kv-stats; nothing when uniform. */
+void cli_print_head_plan(FILE *f, const struct tkv_kv_head_plan *p, uint32_t n_kv_head);
 /* Options checked against the model: a fixed --kv-layer-plan must list one
  * entry per layer, --kv-share must start at one of its layers; else a message
  * and CLI_USAGE. */

@@ -144,6 +144,10 @@ void cli_kv_help(void)
 	       "      --kv-layer-plan P  page size and budget share per layer: uniform (default),\n"
 	       "                         auto (from attention entropy over the first 32 tokens), or\n"
 	       "                         one PAGES[:WEIGHT] per layer, e.g. 32:0.5,32:0.5,16,16,8:2\n"
+	       "      --kv-heads H       budget share per KV head: uniform (default), auto[:MIX] (the\n"
+	       "                         heads that copy from far back, found by a probe at start,\n"
+	       "                         get more; MIX the even part, 0.5), or one weight per layer\n"
+	       "                         and KV head, layer-major, e.g. 1,3,1,1\n"
 	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
 }
 
@@ -331,6 +335,14 @@ static int kv_memory_option(struct cli_args *a, struct tkv_engine_params *ep, in
 			return CLI_USAGE;
 		if (tkv_kv_layer_plan_parse(&ep->layer_plan, v, &err))
 			return cli_usage_error(a, "--kv-layer-plan: %s", err.msg);
+	} else if (!strcmp(s, "--kv-heads")) {
+		const char *v = cli_value(a, s);
+		struct tkv_error err = { 0 };
+
+		if (!v)
+			return CLI_USAGE;
+		if (tkv_kv_head_plan_parse(&ep->head_plan, v, &err))
+			return cli_usage_error(a, "--kv-heads: %s", err.msg);
 	} else if (!strcmp(s, "--kv-stats")) {
 		if (stats)
 			*stats = 1;
@@ -410,6 +422,24 @@ void cli_print_kv_stats(FILE *f, const struct tkv_kv_stats *ks, size_t full_kv_b
 			(double)ks->pool_min / (double)ks->budget);
 }
 
+void cli_print_head_plan(FILE *f, const struct tkv_kv_head_plan *p, uint32_t n_kv_head)
+{
+	static const char *const mode[] = { "uniform", "auto", "fixed" };
+
+	if (p->mode == TKV_HEADS_UNIFORM)
+		return;
+	fprintf(f, "tierkv:   head plan (%s", mode[p->mode]);
+	if (p->mode == TKV_HEADS_AUTO)
+		fprintf(f, ", mix %.2f", p->mix);
+	fprintf(f, "): budget weight per KV head%s, a layer a group:", p->mode == TKV_HEADS_AUTO ? " (probe score)" : "");
+	for (uint32_t i = 0; i < p->n; i++) {
+		fprintf(f, "%s%.2f", i % n_kv_head ? " " : i ? " | " : " ", p->weight[i]);
+		if (p->mode == TKV_HEADS_AUTO)
+			fprintf(f, " (%.2f)", p->score[i]);
+	}
+	fprintf(f, "\n");
+}
+
 void cli_print_layer_plan(FILE *f, const struct tkv_kv_layer_plan *p)
 {
 	static const char *const mode[] = { "uniform", "auto", "fixed" };
@@ -436,6 +466,12 @@ int cli_check_layer_plan(const char *cmd, const struct tkv_engine_params *ep, co
 	if (ep->layer_plan.mode == TKV_PLAN_FIXED && ep->layer_plan.n_layer != info->n_layer) {
 		fprintf(stderr, "tierkv %s: --kv-layer-plan lists %u layers; the model has %u (one entry per layer)\n",
 			cmd, ep->layer_plan.n_layer, info->n_layer);
+		return CLI_USAGE;
+	}
+	if (ep->head_plan.mode == TKV_HEADS_FIXED && ep->head_plan.n != info->n_layer * info->n_kv_head) {
+		fprintf(stderr,
+			"tierkv %s: --kv-heads lists %u weights; the model has %u layers x %u KV heads = %u (one per head)\n",
+			cmd, ep->head_plan.n, info->n_layer, info->n_kv_head, info->n_layer * info->n_kv_head);
 		return CLI_USAGE;
 	}
 	if (ep->kv.share_cos > 0.0f && ep->kv.share_from >= info->n_layer) {

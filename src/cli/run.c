@@ -198,6 +198,12 @@ static void run_report(struct run_state *r, const struct run_opts *o, double t0,
 		cli_print_kv_stats(stderr, &ks, tkv_model_kv_bytes(r->g.m, ks.n_tokens));
 		tkv_seq_layer_plan(r->g.seq, &lp);
 		cli_print_layer_plan(stderr, &lp);
+		{
+			static struct tkv_kv_head_plan hp;
+
+			tkv_engine_head_plan(r->g.e, &hp);
+			cli_print_head_plan(stderr, &hp, r->g.info.n_kv_head);
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ struct tkv_engine_params tkv_engine_default_params(void)
 		.n_ctx = 0,
 		.n_batch = 64,
 		.kv = tkv_kv_policy_default_params(),
+		.head_plan = { .mode = TKV_HEADS_UNIFORM, .mix = 0.5f },
 		.alloc = NULL,
 	};
 	return p;
@@ -123,6 +124,8 @@ int tkv_engine_init(struct tkv_engine **out, struct tkv_model *m, const struct t
 		goto out_free;
 	}
 	model_layer_windows(m, e->window);
+	if ((st = heads_init(e, err)))
+		goto out_free;
 	*out = e;
 	return TKV_OK;
 
@@ -137,6 +140,8 @@ void tkv_engine_free(struct tkv_engine *e)
 		return;
 	tkv_free(e->alloc, e->logits);
 	tkv_free(e->alloc, e->window);
+	tkv_free(e->alloc, e->head_w);
+	tkv_free(e->alloc, e->head_score);
 	kv_cache_free(e->cache);
 	model_scratch_free(&e->scratch, e->alloc);
 	tpool_free(e->tp);
@@ -287,6 +292,8 @@ int tkv_seq_init(struct tkv_seq **out, struct tkv_engine *e, struct tkv_error *e
 	}
 	s->budget = e->cfg.seq_budget;
 	kv_window_set(s->kv, e->window);
+	if (e->head_w)
+		kv_seq_set_head_weights(s->kv, e->head_w);
 	s->kv->share_cos = e->cfg.share_cos;
 	s->kv->share_from = e->cfg.share_from ? e->cfg.share_from : (in->n_layer / 2 ? in->n_layer / 2 : 1);
 	if (e->params.layer_plan.mode == TKV_PLAN_FIXED) {

@@ -40,6 +40,8 @@ struct tkv_engine {
 	uint64_t pool_ns;
 	size_t pool_min;
 	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
+	float *head_w;            /* (n_layer x n_kv_head) the head plan's weights, or NULL (uniform) */
+	float *head_score;        /* ... the AUTO probe's scores, or NULL */
 };
 
 struct tkv_seq {
@@ -73,6 +75,12 @@ void gov_sample(struct tkv_engine *e, uint64_t ns);
  * (plan.h) and applies it; without scratch it tries again after the next
  * chunk. */
 void gov_choose_plan(struct tkv_engine *e, struct tkv_seq *s);
+
+/* heads.c */
+
+/* Sets up the engine's head plan (tierkv.h): FIXED weights checked and
+ * copied; AUTO runs the probe on two sequences of its own. */
+int heads_init(struct tkv_engine *e, struct tkv_error *err);
 
 /* Borrowed from the engine (for engine/kvstore.c): its prefix tree (NULL
  * without prefix_cache), its page pool, and a sequence's cache. */

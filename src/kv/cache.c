@@ -95,6 +95,27 @@ struct attend_job {
 	float *out;
 };
 
+/* The head probe (seq.h): the weight the slots at positions probe_lo ..
+ * probe_hi - 1 received from one query row (att in the order of
+ * kv_policy_observe: pages in order, their filled slots). */
+static void probe_add(struct kv_stream *st, const struct kv_seq *s, const float *att)
+{
+	size_t i = 0;
+	double m = 0.0;
+
+	for (uint32_t p = 0; p < st->n_pages; p++) {
+		const struct kv_page *pg = st->pages[p];
+
+		for (uint32_t j = 0; j < pg->n_used; j++, i++) {
+			int32_t pos = kv_slot_pos(pg, j);
+
+			if (pos >= s->probe_lo && pos < s->probe_hi)
+				m += att[i];
+		}
+	}
+	st->probe_mass += m;
+}
+
 /* The rows of one segment for the query heads of KV head g, in order: the
  * slots' scores take each query's attention as the policy asks, and the
  * stream's entropy is counted where budgets or a layer plan need it. */
@@ -113,6 +134,7 @@ static void attend_stream(const struct attend_job *j, const struct kv_seg *sg, u
 	for (uint32_t i = 0; i < sg->n; i++) {
 		size_t row = sg->row0 + i;
 		int observe = i >= first_voter;
+		int probe = sg->seq->probe && sg->pos0 + (int32_t)i >= sg->seq->probe_q0;
 
 		a->q = j->q + (row * n_head + (size_t)g * group) * hd;
 		a->out = j->out + (row * n_head + (size_t)g * group) * hd;
@@ -120,11 +142,13 @@ static void attend_stream(const struct attend_job *j, const struct kv_seg *sg, u
 		a->window = st->window;
 		/* the segment's keys are stored: none is past its last row */
 		a->unmasked = st->window == 0 && i + 1 == sg->n;
-		a->att = observe ? c->att + (size_t)ith * c->shape.n_ctx : NULL;
+		a->att = observe || probe ? c->att + (size_t)ith * c->shape.n_ctx : NULL;
 		a->entropy = cfg->adaptive || sg->seq->measure_entropy ? &st->ent_sum : NULL;
 		kv_attn(st, hd, a);
 		if (observe)
 			kv_policy_observe(cfg, st, a->att);
+		if (probe)
+			probe_add(st, sg->seq, a->att);
 		if (a->entropy)
 			st->ent_n++;
 	}

@@ -314,7 +314,7 @@ static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first
 		floor_b = fmin(floor_b, fmax(least, KV_WINDOW_SHARE * (double)bytes / (double)n));
 	}
 
-	if (bytes == 0 || !c->adaptive) {
+	if (bytes == 0 || (!c->adaptive && !s->heads_set)) {
 		for (size_t i = 0; i < n; i++)
 			sts[i].budget = bytes / n;
 		return;
@@ -327,10 +327,10 @@ static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first
 	}
 	for (size_t i = 0; i < n; i++) {
 		const struct kv_stream *st = &sts[i];
-		double span = st->ent_n ? exp(st->ent_sum / (double)st->ent_n / c->group) : 1.0;
+		double span = !c->adaptive ? 1.0 : st->ent_n ? exp(st->ent_sum / (double)st->ent_n / c->group) : 1.0;
 
-		w[i] = span;
-		total += span;
+		w[i] = span * st->weight;
+		total += w[i];
 	}
 	/* proportional shares above the floor each stream needs for its protected slots */
 	{

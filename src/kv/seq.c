@@ -37,6 +37,7 @@ int kv_seq_init(struct kv_seq **out, struct kv_pool *pool, uint32_t n_layer, uin
 		s->streams[i].page_tokens = kv_pool_page_tokens(pool);
 		s->streams[i].low_cap = kv_low_cap(kv_pool_page_tokens(pool), false);
 		s->streams[i].hot_fmt = (uint8_t)kv_pool_fmt(pool);
+		s->streams[i].weight = 1.0f;
 	}
 	s->pool = pool;
 	s->alloc = a;
@@ -109,6 +110,13 @@ void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, fl
 	}
 	s->layer_weight[layer] = weight;
 	s->plan_set = true;
+}
+
+void kv_seq_set_head_weights(struct kv_seq *s, const float *w)
+{
+	for (size_t i = 0; i < (size_t)s->n_layer * s->n_kv_head; i++)
+		s->streams[i].weight = w ? w[i] : 1.0f;
+	s->heads_set = w != NULL;
 }
 
 /* Pages new tokens go into: the stream's hot format, not rotated (new tokens
@@ -549,6 +557,7 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 		b->n_seen = a->n_seen;
 		b->ent_sum = a->ent_sum;
 		b->ent_n = a->ent_n;
+		b->weight = a->weight;
 		for (uint32_t j = 0; j < a->n_pages; j++) {
 			struct kv_page *pg = a->pages[j];
 
@@ -566,6 +575,7 @@ int kv_seq_fork(struct kv_seq **out, const struct kv_seq *src, struct tkv_error 
 	}
 	memcpy(s->layer_weight, src->layer_weight, src->n_layer * sizeof *s->layer_weight);
 	s->plan_set = src->plan_set;
+	s->heads_set = src->heads_set;
 	s->measure_entropy = src->measure_entropy;
 	s->share_cos = src->share_cos;
 	s->share_from = src->share_from;

@@ -44,6 +44,9 @@ struct kv_stream {
 	uint64_t n_seen;         /* keys appended so far */
 	double ent_sum;          /* sum of attention entropies observed (nats) */
 	uint64_t ent_n;          /* queries behind ent_sum */
+	float weight;            /* its share of a budget against the other streams it is
+				  * split with (1; the head plan: kv_seq_set_head_weights) */
+	double probe_mass;       /* the probe's attention mass (kv_seq.probe) */
 	/* counters */
 	uint64_t evicted, demoted, merged, cow;
 	uint64_t pages_read, pages_skipped;
@@ -58,6 +61,12 @@ struct kv_seq {
 				      * mean 1 (the layer plan; all 1 when uniform) */
 	bool measure_entropy;        /* streams accumulate attention entropy (ent_sum) */
 	bool plan_set;               /* a layer plan other than the pool's uniform pages */
+	bool heads_set;              /* stream weights other than 1 (a head plan) */
+	/* the head probe (engine/heads.c): when set, each stream adds to its
+	 * probe_mass the attention its query heads give slots at positions
+	 * probe_lo..probe_hi-1 from queries at positions probe_q0 and later */
+	bool probe;
+	int32_t probe_q0, probe_lo, probe_hi;
 	int32_t n_pos;               /* position of the next token */
 	float slack;                 /* > 0: how far below its budget a policy round brings
 				      * a stream, as a share of the budget (the memory
@@ -103,6 +112,10 @@ static inline struct kv_stream *kv_seq_stream(struct kv_seq *s, uint32_t layer, 
 /* Sets the page size of a layer's streams (pages allocated from now on; the
  * next compaction repacks loose pages to it) and its budget weight. */
 void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, float weight);
+
+/* Sets every stream's budget weight, w[layer * n_kv_head + head] (> 0; the
+ * head plan), or back to 1 each with w NULL. */
+void kv_seq_set_head_weights(struct kv_seq *s, const float *w);
 
 /* Slots of the last page a stream takes for `need` more slots of a format
  * whose full-size pages hold `full` (need < full): need and room for more,

@@ -1,0 +1,207 @@
+/* heads.c - head plans: each KV head's share of a sequence's budget, and the
+ * probe that finds the heads that copy from far back (tierkv.h).
+ *
+ * A needle is a token nothing in the haystack attends to, so a query-agnostic
+ * policy cannot tell it from filler by the attention it receives. What
+ * retrieves it at the question is a few induction heads: they find the
+ * earlier occurrence of what they read and attend to what followed it. The
+ * probe measures that directly, on random tokens: R R against R R', the same
+ * first half; the attention the second half gives the first is the same in
+ * both runs for a head that does not copy, and near 1 higher with R for one
+ * that does. Those heads get the larger share of every budget, so they keep
+ * more of the haystack (at the cheapest tier) while the others keep less. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+#include "kv/seq.h"
+#include "util/alloc.h"
+#include "util/status.h"
+
+int tkv_kv_head_plan_parse(struct tkv_kv_head_plan *out, const char *text, struct tkv_error *err)
+{
+	const char *p = text;
+	uint32_t n = 0;
+
+	memset(out, 0, sizeof *out);
+	out->mix = 0.5f;
+	if (!text || !*text)
+		return tkv_errf(err, TKV_ERR_ARG, "head plan: empty (give uniform, auto, auto:MIX or a list of weights)");
+	if (!strcmp(text, "uniform"))
+		return TKV_OK;
+	if (!strncmp(text, "auto", 4) && (!text[4] || text[4] == ':')) {
+		out->mode = TKV_HEADS_AUTO;
+		if (text[4] == ':') {
+			char *end;
+			double m;
+
+			errno = 0;
+			m = strtod(text + 5, &end);
+			if (end == text + 5 || *end || errno || !(m >= 0 && m <= 1))
+				return tkv_errf(err, TKV_ERR_ARG, "head plan '%s': the mix after 'auto:' must be in [0, 1]",
+						text);
+			out->mix = (float)m;
+		}
+		return TKV_OK;
+	}
+	while (*p) {
+		char *end;
+		double w;
+
+		if (n == TKV_MAX_PLAN_HEADS)
+			return tkv_errf(err, TKV_ERR_ARG, "head plan: more than %d weights", TKV_MAX_PLAN_HEADS);
+		errno = 0;
+		w = strtod(p, &end);
+		if (end == p || errno || !(w > 0 && w <= 1024))
+			return tkv_errf(err, TKV_ERR_ARG, "head plan '%s': weight %u must be a number in (0, 1024]", text,
+					n + 1);
+		p = end;
+		if (*p && *p != ',')
+			return tkv_errf(err, TKV_ERR_ARG, "head plan '%s': weight %u: expected ',' or the end", text, n + 1);
+		if (*p == ',' && !p[1])
+			return tkv_errf(err, TKV_ERR_ARG, "head plan '%s': ends with ','", text);
+		out->weight[n++] = (float)w;
+		if (*p == ',')
+			p++;
+	}
+	out->mode = TKV_HEADS_FIXED;
+	out->n = n;
+	return TKV_OK;
+}
+
+/* A deterministic stream of token ids in [lo, hi). */
+static int32_t probe_token(uint64_t *x, int32_t lo, int32_t hi)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return lo + (int32_t)(*x % (uint64_t)(hi - lo));
+}
+
+/* Runs ids[0..n) (BOS, then two halves of `half` tokens) through a
+ * sequence of its own with no cap and adds each stream's attention from the
+ * second half to the first into mass[]. */
+static int probe_run(struct tkv_engine *e, const int32_t *ids, uint32_t n, uint32_t half, double *mass,
+		     struct tkv_error *err)
+{
+	size_t n_st = (size_t)e->model->info.n_layer * e->model->info.n_kv_head;
+	struct tkv_seq *s;
+	int st = tkv_seq_init(&s, e, err);
+
+	if (st)
+		return st;
+	s->budget = 0;
+	s->kv->probe = true;
+	s->kv->probe_lo = 1;
+	s->kv->probe_hi = 1 + (int32_t)half;
+	s->kv->probe_q0 = 1 + (int32_t)half;
+	st = tkv_seq_decode(s, ids, n, NULL, 0, err);
+	for (size_t i = 0; !st && i < n_st; i++)
+		mass[i] += s->kv->streams[i].probe_mass;
+	tkv_seq_free(s);
+	return st;
+}
+
+int heads_init(struct tkv_engine *e, struct tkv_error *err)
+{
+	const struct tkv_kv_head_plan *hp = &e->params.head_plan;
+	const struct tkv_model_info *in = &e->model->info;
+	uint32_t n = in->n_layer * in->n_kv_head, group = in->n_head / in->n_kv_head;
+	uint32_t half = TKV_HEADS_PROBE;
+	int32_t bos = tkv_vocab_bos(tkv_model_vocab(e->model)), *ids;
+	int32_t lo = (int32_t)(in->n_vocab / 4), hi = (int32_t)in->n_vocab;
+	double *copy, *fresh, sum = 0.0, top = 0.0;
+	float *w, *score;
+	uint64_t x = 0x9E3779B97F4A7C15u;
+	int st;
+
+	if ((unsigned)hp->mode > TKV_HEADS_FIXED)
+		return tkv_errf(err, TKV_ERR_ARG, "unknown head plan mode %d", (int)hp->mode);
+	if (hp->mode == TKV_HEADS_UNIFORM)
+		return TKV_OK;
+	if (hp->mode == TKV_HEADS_FIXED && hp->n != n)
+		return tkv_errf(err, TKV_ERR_ARG, "the head plan lists %u weights; the model has %u layers x %u KV heads = %u",
+				hp->n, in->n_layer, in->n_kv_head, n);
+	if (hp->mode == TKV_HEADS_AUTO && !(hp->mix >= 0 && hp->mix <= 1))
+		return tkv_errf(err, TKV_ERR_ARG, "head plan: mix %g is not in [0, 1]", hp->mix);
+	if (hp->mode == TKV_HEADS_FIXED) {
+		for (uint32_t i = 0; i < n; i++)
+			if (!(hp->weight[i] > 0 && hp->weight[i] <= 1024))
+				return tkv_errf(err, TKV_ERR_ARG, "head plan: weight %u is %g, not in (0, 1024]", i + 1,
+						hp->weight[i]);
+		if (!(e->head_w = tkv_malloc(e->alloc, n * sizeof *e->head_w)))
+			return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for the head plan");
+		memcpy(e->head_w, hp->weight, n * sizeof *e->head_w);
+		return TKV_OK;
+	}
+	if (half * 2 + 1 > e->params.n_ctx)
+		half = (e->params.n_ctx - 1) / 2;
+	if (half < 8 || hi - lo < 2)
+		return TKV_OK; /* too small a context or vocabulary to probe: uniform */
+	/* the probe's own sequences run with an even split: e->head_w is set last */
+	ids = tkv_malloc(e->alloc, (2 * (size_t)half + 1) * sizeof *ids);
+	copy = tkv_calloc(e->alloc, 2 * (size_t)n, sizeof *copy);
+	w = tkv_malloc(e->alloc, n * sizeof *w);
+	score = tkv_malloc(e->alloc, n * sizeof *score);
+	if (!ids || !copy || !w || !score) {
+		tkv_free(e->alloc, ids);
+		tkv_free(e->alloc, copy);
+		tkv_free(e->alloc, w);
+		tkv_free(e->alloc, score);
+		return tkv_errf(err, TKV_ERR_NOMEM, "out of memory for the head probe");
+	}
+	fresh = copy + n;
+	ids[0] = bos >= 0 ? bos : probe_token(&x, lo, hi);
+	for (uint32_t i = 1; i <= half; i++)
+		ids[i] = ids[half + i] = probe_token(&x, lo, hi);
+	st = probe_run(e, ids, 2 * half + 1, half, copy, err);
+	for (uint32_t i = 1; !st && i <= half; i++)
+		ids[half + i] = probe_token(&x, lo, hi);
+	if (!st)
+		st = probe_run(e, ids, 2 * half + 1, half, fresh, err);
+	for (uint32_t i = 0; !st && i < n; i++) {
+		double s = (copy[i] - fresh[i]) / ((double)half * group);
+
+		score[i] = (float)s;
+		s = s > 0 ? s : 0;
+		sum += s;
+		top = fmax(top, s);
+	}
+	for (uint32_t i = 0; !st && i < n; i++) {
+		double s = score[i] > 0 ? score[i] : 0;
+
+		w[i] = top < TKV_HEADS_MIN ? 1.0f : (float)(hp->mix + (1 - hp->mix) * n * s / sum);
+	}
+	tkv_free(e->alloc, ids);
+	tkv_free(e->alloc, copy);
+	if (st) {
+		char why[sizeof err->msg];
+
+		tkv_free(e->alloc, w);
+		tkv_free(e->alloc, score);
+		if (!err)
+			return st;
+		memcpy(why, err->msg, sizeof why);
+		return tkv_errf(err, st, "head plan auto: the probe (%u random tokens, twice) failed: %s", half, why);
+	}
+	e->head_w = w;
+	e->head_score = score;
+	return TKV_OK;
+}
+
+void tkv_engine_head_plan(const struct tkv_engine *e, struct tkv_kv_head_plan *out)
+{
+	const struct tkv_model_info *in = &e->model->info;
+	uint32_t n = in->n_layer * in->n_kv_head;
+
+	memset(out, 0, sizeof *out);
+	out->mode = e->params.head_plan.mode;
+	out->mix = e->params.head_plan.mix;
+	out->n = n <= TKV_MAX_PLAN_HEADS ? n : TKV_MAX_PLAN_HEADS;
+	for (uint32_t i = 0; i < out->n; i++) {
+		out->weight[i] = e->head_w ? e->head_w[i] : 1.0f;
+		out->score[i] = e->head_score ? e->head_score[i] : 0.0f;
+	}
+}
