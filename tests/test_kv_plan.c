@@ -296,6 +296,16 @@ static void test_head_engine(void **state)
 
 	assert_int_equal(tkv_kv_head_plan_parse(&ep.head_plan, "auto", &err), TKV_OK);
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	{
+		/* the probe leaves no trace in the engine's figures */
+		struct tkv_kv_stats ks;
+
+		tkv_engine_kv_stats(e, &ks);
+		assert_int_equal(ks.allocated, 0);
+		assert_int_equal(ks.peak_allocated, 0);
+		assert_int_equal(ks.gov_runs, 0);
+		assert_int_equal(ks.compactions, 0);
+	}
 	tkv_engine_head_plan(e, &hp);
 	assert_int_equal(hp.mode, TKV_HEADS_AUTO);
 	assert_int_equal(hp.n, n);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/engine_impl.h"
+#include "kv/pool.h"
 #include "kv/seq.h"
 #include "util/alloc.h"
 #include "util/status.h"
@@ -188,6 +189,13 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	}
 	e->head_w = w;
 	e->head_score = score;
+	/* the probe is not the user's work: its pages, and any governor run its
+	 * sequences set off, leave no trace in the figures */
+	kv_pool_forget(e->pool);
+	e->gov_runs = e->gov_raises = 0;
+	e->pool_byte_ns = 0.0;
+	e->pool_ns = 0;
+	e->pool_min = 0;
 	return TKV_OK;
 }
 

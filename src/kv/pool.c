@@ -267,6 +267,17 @@ void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out)
 	pthread_mutex_unlock(&p->lock);
 }
 
+void kv_pool_forget(struct kv_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->st.peak_allocated = p->st.allocated;
+	p->st.pages_allocated = 0;
+	p->st.pages_refused = 0;
+	p->st.compactions = p->st.compact_slots = p->st.compact_bytes = p->st.compact_ns = 0;
+	p->st.compact_freed = 0;
+	pthread_mutex_unlock(&p->lock);
+}
+
 void kv_pool_note_compact(struct kv_pool *p, uint64_t slots, uint64_t bytes, uint64_t ns, size_t freed)
 {
 	pthread_mutex_lock(&p->lock);

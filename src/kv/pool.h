@@ -217,6 +217,10 @@ void kv_page_unref(struct kv_pool *p, struct kv_page *pg);
 /* Sets pg->n_used to n, keeping the used/kv_bytes/fmt_slots counts exact. */
 void kv_pool_set_used(struct kv_pool *p, struct kv_page *pg, uint32_t n);
 void kv_pool_stats(struct kv_pool *p, struct kv_pool_stats *out);
+/* Forgets the pages handed out and refused so far, compaction's counters
+ * and the high-water mark (now: what is allocated): after work that is not
+ * the user's (the head probe). */
+void kv_pool_forget(struct kv_pool *p);
 /* Adds one compaction's cost to the counters. */
 void kv_pool_note_compact(struct kv_pool *p, uint64_t slots, uint64_t bytes, uint64_t ns, size_t freed);
 uint32_t kv_pool_page_tokens(const struct kv_pool *p);
