@@ -330,21 +330,23 @@ int tkv_kv_layer_plan_parse(struct tkv_kv_layer_plan *out, const char *text, str
 void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t cap);
 
 /* Head plans (--kv-heads): each KV head's share of a sequence's budget.
- * UNIFORM: an even split (the default). FIXED: one weight per (layer, KV
- * head), layer-major. AUTO: the engine finds the heads that copy from far
- * back when it starts: it runs TKV_HEADS_PROBE random tokens, then the same
- * tokens again, and then other random tokens instead; a KV head's score is
+ * UNIFORM: an even split. FIXED: one weight per (layer, KV head),
+ * layer-major. AUTO (the default): the engine finds the heads that copy from
+ * far back when it starts: it runs TKV_HEADS_PROBE random tokens, then the
+ * same tokens again, and on a copy other random tokens instead (3 x 128
+ * tokens of prefill in all); a KV head's score is
  * how much more attention its query heads give the first copy from the
  * second when it repeats (an induction head, the kind that retrieves a
  * needle: up to 1) than when it does not (0 for heads that attend the same
  * either way). Weights are mix + (1 - mix) x n x score / sum of scores (n
- * heads; mean 1), or all 1 when no head scores TKV_HEADS_MIN. A budget is
+ * heads; mean 1), or all 1 when no head scores TKV_HEADS_MIN or when the
+ * probe does not fit --kv-mem (then `unprobed` says so). A budget is
  * split as the adaptive policy splits it: each stream the floor its
  * protected slots need, the rest by weight. Under a layer plan the weights
  * share each layer's part; without one, the sequence's whole budget. */
 #define TKV_MAX_PLAN_HEADS 1024
 #define TKV_HEADS_PROBE 128
-#define TKV_HEADS_MIN 0.05f
+#define TKV_HEADS_MIN 0.1f
 enum tkv_head_plan_mode { TKV_HEADS_UNIFORM = 0, TKV_HEADS_AUTO = 1, TKV_HEADS_FIXED = 2 };
 
 struct tkv_kv_head_plan {
@@ -354,6 +356,9 @@ struct tkv_kv_head_plan {
 	float weight[TKV_MAX_PLAN_HEADS];   /* each head's relative share, in (0, 1024] */
 	/* reported by tkv_engine_head_plan only: */
 	float score[TKV_MAX_PLAN_HEADS];    /* AUTO: the probe's score per head */
+	int unprobed;                       /* AUTO: no probe ran (the KV memory could not hold
+					     * it, or the context or vocabulary is too small
+					     * for it): an even split */
 };
 
 /* "uniform", "auto", "auto:MIX" or a list of weights "W,W,..." (n_layer x
@@ -373,7 +378,7 @@ struct tkv_engine_params {
 				 * a page of page_tokens slots, which a fixed layer plan with
 				 * other sizes prevents) */
 	struct tkv_kv_layer_plan layer_plan; /* page size and budget share per layer (uniform) */
-	struct tkv_kv_head_plan head_plan;   /* budget share per KV head (uniform) */
+	struct tkv_kv_head_plan head_plan;   /* budget share per KV head (auto, mix 0.5) */
 	struct tkv_alloc *alloc;
 };
 

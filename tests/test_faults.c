@@ -108,6 +108,7 @@ static struct tkv_engine_params base_params(void)
 	ep.kv.policy = TKV_POLICY_TIERED;
 	ep.kv.n_window = 4;  /* a short window and 2 sinks: short sequences already evict */
 	ep.kv.n_sink = 2;
+	ep.head_plan.mode = TKV_HEADS_UNIFORM; /* the head probe has a sweep of its own */
 	return ep;
 }
 
@@ -188,6 +189,18 @@ static int sc_policy(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 
 	ep.kv.seq_budget = 12 * 640;
 	return two_in_turns(r, a, &ep, 12, 0, 10, err);
+}
+
+/* The head probe when the engine starts (its sequences, the fork between its
+ * two continuations, the scores), then two capped sequences in turns. */
+static int sc_heads(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
+{
+	struct tkv_engine_params ep = base_params();
+
+	ep.head_plan.mode = TKV_HEADS_AUTO;
+	ep.n_ctx = 64;
+	ep.kv.seq_budget = 12 * 640;
+	return two_in_turns(r, a, &ep, 12, 0, 4, err);
 }
 
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
@@ -476,6 +489,7 @@ static struct sweep_case SWEEPS[] = {
 	{ sc_governor, "governor", DID_GOVERN | DID_EVICT | DID_DEMOTE },
 	{ sc_step, "step", DID_EVICT | DID_GOVERN },
 	{ sc_prefix, "prefix", DID_SHARE },
+	{ sc_heads, "heads", DID_DEMOTE },
 };
 
 static void test_sweep(void **state)
@@ -514,6 +528,7 @@ int main(void)
 		SWEEP_TEST("governor", 1),
 		SWEEP_TEST("step", 2),
 		SWEEP_TEST("prefix", 3),
+		SWEEP_TEST("heads", 4),
 		cmocka_unit_test(test_transient),
 	};
 

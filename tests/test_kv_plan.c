@@ -195,7 +195,10 @@ static void test_head_parse(void **state)
 }
 
 /* Head weights: each stream keeps the floor its protected slots need and
- * takes the rest by weight; without weights the split is even, to the byte. */
+ * takes the rest by weight, but no more than it needs to keep every token of
+ * the sequence at the policy's ideal mix of tiers (what it cannot use goes to
+ * the others by weight; when all fit so, the rest evenly); without weights the split is
+ * even, to the byte. */
 static void test_head_split(void **state)
 {
 	struct tkv_alloc a = { 0 };
@@ -206,27 +209,64 @@ static void test_head_split(void **state)
 	struct kv_cfg c;
 	const float w[6] = { 1.0f, 3.0f, 1.0f, 1.0f, 0.5f, 0.5f };
 	const size_t bytes = 600000;
-	size_t sum = 0, least = SIZE_MAX;
+	/* the floor: sinks and window at f16; a slot at tiered's ideal mix: 0.3
+	 * hot (f16, 16-slot pages), 0.4 warm (q8) and 0.3 cold (q4, 64-slot) */
+	const double fl = (kp.n_sink + kp.n_window) * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16;
+	const double cold = 0.3 * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16 +
+			    0.4 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q8) / 64 +
+			    0.3 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q4) / 64;
+	size_t sum, got[6];
 
 	(void)state;
 	assert_int_equal(kv_pool_init(&pool, &pp, &a, NULL), TKV_OK);
 	assert_int_equal(kv_seq_init(&s, pool, 3, 2, 8, &a, NULL), TKV_OK);
 	assert_int_equal(kv_cfg_init(&c, &kp, 8, 1, KV_FMT_F16, 16, NULL), TKV_OK);
 	kv_seq_set_head_weights(s, w);
+
+	/* a long sequence: every share is below the need, so by weight */
+	s->n_pos = 1 << 20;
 	kv_policy_split_budget(&c, s, bytes);
+	sum = 0;
 	for (size_t i = 0; i < 6; i++) {
-		sum += s->streams[i].budget;
-		least = s->streams[i].budget < least ? s->streams[i].budget : least;
+		double want = fl + ((double)bytes - 6 * fl) * w[i] / 7.0;
+
+		sum += got[i] = s->streams[i].budget;
+		assert_true(fabs((double)got[i] - want) <= 2.0);
 	}
 	assert_true(sum <= bytes && sum + 6 >= bytes);
-	/* above the common floor, shares follow the weights: 3 : 1 : 0.5 */
-	for (size_t i = 0; i < 6; i++) {
-		double above = (double)s->streams[i].budget - (double)least;
-		double want = (double)(s->streams[1].budget - least) * (w[i] - 0.5) / 2.5;
 
-		assert_true(fabs(above - want) <= 2.0);
+	/* a sequence whose every token fits in the heaviest stream's share at
+	 * the ideal mix: that stream takes its need, the others the rest */
+	s->n_pos = (int32_t)(kp.n_sink + kp.n_window) + (int32_t)(200000 / cold);
+	kv_policy_split_budget(&c, s, bytes);
+	{
+		double need = (double)(s->n_pos - (int32_t)(kp.n_sink + kp.n_window)) * cold;
+
+		assert_true(fabs((double)s->streams[1].budget - (fl + need)) <= 2.0);
+		sum = s->streams[1].budget;
+		for (size_t i = 0; i < 6; i++) {
+			double want = fl + ((double)bytes - 6 * fl - need) * w[i] / 4.0;
+
+			if (i == 1)
+				continue;
+			sum += s->streams[i].budget;
+			assert_true(fabs((double)s->streams[i].budget - want) <= 2.0);
+			assert_true(s->streams[i].budget > got[i]);
+		}
+		assert_true(sum <= bytes && sum + 6 >= bytes);
 	}
-	assert_true(s->streams[1].budget > 2 * s->streams[0].budget);
+
+	/* a short one: every stream keeps all at the ideal mix, the rest evenly */
+	s->n_pos = 100;
+	kv_policy_split_budget(&c, s, bytes);
+	sum = 0;
+	for (size_t i = 0; i < 6; i++) {
+		sum += s->streams[i].budget;
+		assert_true(s->streams[i].budget + 1 >= s->streams[0].budget &&
+			    s->streams[i].budget <= s->streams[0].budget + 1);
+	}
+	assert_true(sum <= bytes && sum + 6 >= bytes);
+
 	/* forks keep the weights */
 	{
 		struct kv_seq *f;
@@ -347,14 +387,30 @@ static void test_head_engine(void **state)
 			assert_true(held <= cap);
 		}
 		assert_true(kv->streams[top].budget > 2 * kv->streams[0].budget);
-		assert_true(kv->streams[top].n_tokens > kv->streams[0].n_tokens);
+		assert_true(kv->streams[top].n_tokens > 2 * kv->streams[0].n_tokens);
 		tkv_seq_free(s);
 	}
 	tkv_engine_free(e);
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
 	tkv_engine_head_plan(e, &again);
+	assert_int_equal(again.unprobed, 0);
 	for (uint32_t i = 0; i < n; i++)
 		assert_true(again.score[i] == hp.score[i] && again.weight[i] == hp.weight[i]);
+	tkv_engine_free(e);
+	/* a --kv-mem too small for the probe: an even split, said so */
+	ep.kv_mem = 64 << 10;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	tkv_engine_head_plan(e, &again);
+	assert_int_equal(again.unprobed, 1);
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(again.weight[i] == 1.0f);
+	{
+		struct tkv_kv_stats ks;
+
+		tkv_engine_kv_stats(e, &ks);
+		assert_int_equal(ks.allocated, 0);
+		assert_int_equal(ks.peak_allocated, 0);
+	}
 	tkv_engine_free(e);
 	tkv_model_free(m);
 }

@@ -144,9 +144,9 @@ void cli_kv_help(void)
 	       "      --kv-layer-plan P  page size and budget share per layer: uniform (default),\n"
 	       "                         auto (from attention entropy over the first 32 tokens), or\n"
 	       "                         one PAGES[:WEIGHT] per layer, e.g. 32:0.5,32:0.5,16,16,8:2\n"
-	       "      --kv-heads H       budget share per KV head: uniform (default), auto[:MIX] (the\n"
-	       "                         heads that copy from far back, found by a probe at start,\n"
-	       "                         get more; MIX the even part, 0.5), or one weight per layer\n"
+	       "      --kv-heads H       budget share per KV head: auto[:MIX] (default: the heads that\n"
+	       "                         copy from far back, found by a probe at start, get more;\n"
+	       "                         MIX the even part, 0.5), uniform, or one weight per layer\n"
 	       "                         and KV head, layer-major, e.g. 1,3,1,1\n"
 	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
 }
@@ -428,6 +428,10 @@ void cli_print_head_plan(FILE *f, const struct tkv_kv_head_plan *p, uint32_t n_k
 
 	if (p->mode == TKV_HEADS_UNIFORM)
 		return;
+	if (p->unprobed) {
+		fprintf(f, "tierkv:   head plan (auto): not probed (too little KV memory, context or vocabulary), an even split\n");
+		return;
+	}
 	fprintf(f, "tierkv:   head plan (%s", mode[p->mode]);
 	if (p->mode == TKV_HEADS_AUTO)
 		fprintf(f, ", mix %.2f", p->mix);

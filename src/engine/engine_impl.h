@@ -42,6 +42,7 @@ struct tkv_engine {
 	uint64_t evicted_gone, demoted_gone, merged_gone, cow_gone; /* counters of freed sequences */
 	float *head_w;            /* (n_layer x n_kv_head) the head plan's weights, or NULL (uniform) */
 	float *head_score;        /* ... the AUTO probe's scores, or NULL */
+	bool heads_unprobed;      /* AUTO: the probe did not fit --kv-mem (an even split) */
 };
 
 struct tkv_seq {

@@ -81,26 +81,44 @@ static int32_t probe_token(uint64_t *x, int32_t lo, int32_t hi)
 	return lo + (int32_t)(*x % (uint64_t)(hi - lo));
 }
 
-/* Runs ids[0..n) (BOS, then two halves of `half` tokens) through a
- * sequence of its own with no cap and adds each stream's attention from the
- * second half to the first into mass[]. */
-static int probe_run(struct tkv_engine *e, const int32_t *ids, uint32_t n, uint32_t half, double *mass,
-		     struct tkv_error *err)
+/* A probe sequence: no cap, and its streams add up the attention the
+ * queries from position 1 + half on give positions 1 .. half. */
+static void probe_set(struct tkv_seq *s, uint32_t half)
 {
-	size_t n_st = (size_t)e->model->info.n_layer * e->model->info.n_kv_head;
-	struct tkv_seq *s;
-	int st = tkv_seq_init(&s, e, err);
-
-	if (st)
-		return st;
 	s->budget = 0;
 	s->kv->probe = true;
 	s->kv->probe_lo = 1;
 	s->kv->probe_hi = 1 + (int32_t)half;
 	s->kv->probe_q0 = 1 + (int32_t)half;
-	st = tkv_seq_decode(s, ids, n, NULL, 0, err);
-	for (size_t i = 0; !st && i < n_st; i++)
-		mass[i] += s->kv->streams[i].probe_mass;
+}
+
+/* Runs ids[0..1 + half) (BOS and R) through a sequence of its own, then on
+ * it ids[1 + half..1 + 2 half) (R again) and on a copy of it
+ * other[0..half) (R'); each stream's attention from the second half to the
+ * first into copy[] and fresh[]. */
+static int probe_run(struct tkv_engine *e, const int32_t *ids, const int32_t *other, uint32_t half, double *copy,
+		     double *fresh, struct tkv_error *err)
+{
+	size_t n_st = (size_t)e->model->info.n_layer * e->model->info.n_kv_head;
+	struct tkv_seq *s, *f = NULL;
+	int st = tkv_seq_init(&s, e, err);
+
+	if (st)
+		return st;
+	probe_set(s, half);
+	st = tkv_seq_decode(s, ids, 1 + (size_t)half, NULL, 0, err);
+	if (!st && !(st = tkv_seq_fork(&f, s, err))) {
+		probe_set(f, half);
+		st = tkv_seq_decode(s, ids + 1 + half, half, NULL, 0, err);
+	}
+	if (!st)
+		st = tkv_seq_decode(f, other, half, NULL, 0, err);
+	for (size_t i = 0; !st && i < n_st; i++) {
+		copy[i] = s->kv->streams[i].probe_mass;
+		fresh[i] = f->kv->streams[i].probe_mass;
+	}
+	if (f)
+		tkv_seq_free(f);
 	tkv_seq_free(s);
 	return st;
 }
@@ -142,7 +160,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	if (half < 8 || hi - lo < 2)
 		return TKV_OK; /* too small a context or vocabulary to probe: uniform */
 	/* the probe's own sequences run with an even split: e->head_w is set last */
-	ids = tkv_malloc(e->alloc, (2 * (size_t)half + 1) * sizeof *ids);
+	ids = tkv_malloc(e->alloc, (3 * (size_t)half + 1) * sizeof *ids);
 	copy = tkv_calloc(e->alloc, 2 * (size_t)n, sizeof *copy);
 	w = tkv_malloc(e->alloc, n * sizeof *w);
 	score = tkv_malloc(e->alloc, n * sizeof *score);
@@ -157,11 +175,9 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	ids[0] = bos >= 0 ? bos : probe_token(&x, lo, hi);
 	for (uint32_t i = 1; i <= half; i++)
 		ids[i] = ids[half + i] = probe_token(&x, lo, hi);
-	st = probe_run(e, ids, 2 * half + 1, half, copy, err);
-	for (uint32_t i = 1; !st && i <= half; i++)
-		ids[half + i] = probe_token(&x, lo, hi);
-	if (!st)
-		st = probe_run(e, ids, 2 * half + 1, half, fresh, err);
+	for (uint32_t i = 0; i < half; i++)
+		ids[2 * half + 1 + i] = probe_token(&x, lo, hi);
+	st = probe_run(e, ids, ids + 2 * half + 1, half, copy, fresh, err);
 	for (uint32_t i = 0; !st && i < n; i++) {
 		double s = (copy[i] - fresh[i]) / ((double)half * group);
 
@@ -182,10 +198,16 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 
 		tkv_free(e->alloc, w);
 		tkv_free(e->alloc, score);
+		if (st == TKV_ERR_KV_FULL) {
+			/* --kv-mem too small for the probe: an even split */
+			e->heads_unprobed = true;
+			kv_pool_forget(e->pool);
+			return TKV_OK;
+		}
 		if (!err)
 			return st;
 		memcpy(why, err->msg, sizeof why);
-		return tkv_errf(err, st, "head plan auto: the probe (%u random tokens, twice) failed: %s", half, why);
+		return tkv_errf(err, st, "head plan auto: the probe (BOS, %u random tokens and two continuations) failed: %s", half, why);
 	}
 	e->head_w = w;
 	e->head_score = score;
@@ -207,6 +229,7 @@ void tkv_engine_head_plan(const struct tkv_engine *e, struct tkv_kv_head_plan *o
 	memset(out, 0, sizeof *out);
 	out->mode = e->params.head_plan.mode;
 	out->mix = e->params.head_plan.mix;
+	out->unprobed = e->heads_unprobed || (out->mode == TKV_HEADS_AUTO && !e->head_score);
 	out->n = n <= TKV_MAX_PLAN_HEADS ? n : TKV_MAX_PLAN_HEADS;
 	for (uint32_t i = 0; i < out->n; i++) {
 		out->weight[i] = e->head_w ? e->head_w[i] : 1.0f;

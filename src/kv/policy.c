@@ -298,6 +298,79 @@ uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_d
 	return window_of(c, hot_fmt_of(c, c->page_tokens, budget, head_dim), c->page_tokens, budget, head_dim);
 }
 
+/* Under a head plan: the spare bytes above each stream's floor fl by weight
+ * w[], but no stream takes more than it needs to keep every token of the
+ * sequence at the policy's ideal mix of tiers (its protected slots within the
+ * floor): what a copying head cannot use goes to the others by their
+ * weights, until no share passes its need (water-filling; each pass caps at
+ * least one more stream, or ends); when every stream fits so, the rest is
+ * split evenly. The need is the ideal mix's, not the cheapest tier's: a
+ * copying head held to all-cold evicts a little each round (the policy's
+ * slack), and the first tokens it evicts are the needles, which nothing
+ * attends to until the question (lc-8k at 1/4: retrieval 93% -> 53%).
+ * need[] is scratch. */
+static void split_fill(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *sts, size_t n, double fl,
+		       double spare, const double *w, double *need)
+{
+	int32_t prot = (int32_t)(c->n_sink + c->n_window);
+	/* every token the sequence has seen, not the ones a stream still holds:
+	 * a share cut to what is left would shrink with each eviction */
+	uint32_t rest = s->n_pos > prot ? (uint32_t)(s->n_pos - prot) : 0;
+	bool again = true;
+
+	for (size_t i = 0; i < n; i++) {
+		double per = 0.0;
+
+		for (uint32_t t = 0; t < c->n_tiers; t++) {
+			uint32_t fmt = tier_fmt(c, &sts[i], t);
+
+			per += c->tier_frac[t] * slot_cost(fmt, fmt_cap(&sts[i], fmt), s->head_dim);
+		}
+		need[i] = rest * per; /* above the floor */
+	}
+	/* a stream is capped while need[i] >= 0 is below its share; -1 marks one
+	 * not capped (yet) */
+	for (size_t i = 0; i < n; i++)
+		sts[i].budget = SIZE_MAX;
+	while (again) {
+		double left = spare, wsum = 0.0;
+
+		again = false;
+		for (size_t i = 0; i < n; i++) {
+			if (sts[i].budget != SIZE_MAX)
+				left -= need[i];
+			else
+				wsum += w[i];
+		}
+		if (wsum <= 0 || left <= 0)
+			break;
+		for (size_t i = 0; i < n; i++)
+			if (sts[i].budget == SIZE_MAX && left * w[i] / wsum > need[i]) {
+				sts[i].budget = (size_t)(fl + need[i]);
+				again = true;
+			}
+	}
+	{
+		double left = spare, wsum = 0.0;
+
+		for (size_t i = 0; i < n; i++) {
+			if (sts[i].budget != SIZE_MAX)
+				left -= need[i];
+			else
+				wsum += w[i];
+		}
+		if (wsum > 0) {
+			for (size_t i = 0; i < n; i++)
+				if (sts[i].budget == SIZE_MAX)
+					sts[i].budget = (size_t)(fl + (left > 0 ? left * w[i] / wsum : 0.0));
+		} else if (left > 0) {
+			/* every stream fits whole at the ideal mix: the rest evenly */
+			for (size_t i = 0; i < n; i++)
+				sts[i].budget += (size_t)(left / (double)n);
+		}
+	}
+}
+
 /* Splits `bytes` over the n streams from `first` (see kv_policy_split_budget). */
 static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first, size_t n, size_t bytes)
 {
@@ -319,7 +392,7 @@ static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first
 			sts[i].budget = bytes / n;
 		return;
 	}
-	w = tkv_malloc(s->alloc, n * sizeof *w);
+	w = tkv_malloc(s->alloc, 2 * n * sizeof *w);
 	if (!w) { /* no scratch: fall back to an even split */
 		for (size_t i = 0; i < n; i++)
 			sts[i].budget = bytes / n;
@@ -334,12 +407,16 @@ static void split_streams(const struct kv_cfg *c, struct kv_seq *s, size_t first
 	}
 	/* proportional shares above the floor each stream needs for its protected slots */
 	{
-		double spare = (double)bytes - floor_b * (double)n;
+		double spare = (double)bytes - floor_b * (double)n, fl = fmin(floor_b, (double)bytes / n);
+		double *need = w + n;
 
 		if (spare < 0)
 			spare = 0;
-		for (size_t i = 0; i < n; i++)
-			sts[i].budget = (size_t)(fmin(floor_b, (double)bytes / n) + spare * w[i] / total);
+		if (s->heads_set && spare > 0)
+			split_fill(c, s, sts, n, fl, spare, w, need);
+		else
+			for (size_t i = 0; i < n; i++)
+				sts[i].budget = (size_t)(fl + spare * w[i] / total);
 	}
 	tkv_free(s->alloc, w);
 }
