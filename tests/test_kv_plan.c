@@ -197,8 +197,8 @@ static void test_head_parse(void **state)
 /* Head weights: each stream keeps the floor its protected slots need and
  * takes the rest by weight, but no more than it needs to keep every token of
  * the sequence at the policy's ideal mix of tiers (what it cannot use goes to
- * the others by weight; when all fit so, the rest evenly); without weights the split is
- * even, to the byte. */
+ * the others by weight; when all fit so, the rest evenly); without weights
+ * the split is even, to the byte. */
 static void test_head_split(void **state)
 {
 	struct tkv_alloc a = { 0 };
@@ -212,7 +212,7 @@ static void test_head_split(void **state)
 	/* the floor: sinks and window at f16; a slot at tiered's ideal mix: 0.3
 	 * hot (f16, 16-slot pages), 0.4 warm (q8) and 0.3 cold (q4, 64-slot) */
 	const double fl = (kp.n_sink + kp.n_window) * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16;
-	const double cold = 0.3 * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16 +
+	const double per = 0.3 * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16 +
 			    0.4 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q8) / 64 +
 			    0.3 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q4) / 64;
 	size_t sum, got[6];
@@ -237,10 +237,10 @@ static void test_head_split(void **state)
 
 	/* a sequence whose every token fits in the heaviest stream's share at
 	 * the ideal mix: that stream takes its need, the others the rest */
-	s->n_pos = (int32_t)(kp.n_sink + kp.n_window) + (int32_t)(200000 / cold);
+	s->n_pos = (int32_t)(kp.n_sink + kp.n_window) + (int32_t)(200000 / per);
 	kv_policy_split_budget(&c, s, bytes);
 	{
-		double need = (double)(s->n_pos - (int32_t)(kp.n_sink + kp.n_window)) * cold;
+		double need = (double)(s->n_pos - (int32_t)(kp.n_sink + kp.n_window)) * per;
 
 		assert_true(fabs((double)s->streams[1].budget - (fl + need)) <= 2.0);
 		sum = s->streams[1].budget;
@@ -417,16 +417,7 @@ static void test_head_engine(void **state)
 
 static struct tkv_model *load(void)
 {
-	const char *path = tu_model_path("stories260K.gguf");
-	struct tkv_model_params mp = tkv_model_default_params();
-	struct tkv_model *m = NULL;
-	struct tkv_error err = { 0 };
-
-	if (!path)
-		return NULL;
-	if (tkv_model_load(&m, path, &mp, &err))
-		fail_msg("load: %s", err.msg);
-	return m;
+	return load_named("stories260K.gguf");
 }
 
 static void decode_n(struct tkv_seq *s, uint32_t n)
