@@ -198,9 +198,9 @@ static int sc_heads(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	struct tkv_engine_params ep = base_params();
 
 	ep.head_plan.mode = TKV_HEADS_AUTO;
-	ep.n_ctx = 64;
-	ep.kv.seq_budget = 12 * 640;
-	return two_in_turns(r, a, &ep, 12, 0, 4, err);
+	ep.n_ctx = 40; /* a probe of 19 tokens and two continuations */
+	ep.kv.seq_budget = 8 * 640;
+	return two_in_turns(r, a, &ep, 8, 0, 3, err);
 }
 
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
