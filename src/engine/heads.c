@@ -8,8 +8,9 @@
  * probe measures that directly, on random tokens: R R against R R', the same
  * first half; the attention the second half gives the first is the same in
  * both runs for a head that does not copy, and near 1 higher with R for one
- * that does. Those heads get the larger share of every budget, so they keep
- * more of the haystack (at the cheapest tier) while the others keep less. */
+ * that does. Those heads get the larger share of every budget (up to what
+ * keeps the whole sequence at the policy's ideal mix, policy.c), so they
+ * keep the haystack while the others keep less. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
