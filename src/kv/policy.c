@@ -298,6 +298,21 @@ uint32_t kv_policy_window(const struct kv_cfg *c, size_t budget, uint32_t head_d
 	return window_of(c, hot_fmt_of(c, c->page_tokens, budget, head_dim), c->page_tokens, budget, head_dim);
 }
 
+/* split_fill's step: what is left of spare after the needs of the streams
+ * capped so far (budget not SIZE_MAX), and in *wsum the others' weight. */
+static double fill_left(const struct kv_stream *sts, size_t n, double spare, const double *w, const double *need,
+			double *wsum)
+{
+	*wsum = 0.0;
+	for (size_t i = 0; i < n; i++) {
+		if (sts[i].budget != SIZE_MAX)
+			spare -= need[i];
+		else
+			*wsum += w[i];
+	}
+	return spare;
+}
+
 /* Under a head plan: the spare bytes above each stream's floor fl by weight
  * w[], but no stream takes more than it needs to keep every token of the
  * sequence at the policy's ideal mix of tiers (its protected slots within the
@@ -316,7 +331,6 @@ static void split_fill(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 	/* every token the sequence has seen, not the ones a stream still holds:
 	 * a share cut to what is left would shrink with each eviction */
 	uint32_t rest = s->n_pos > prot ? (uint32_t)(s->n_pos - prot) : 0;
-	bool again = true;
 
 	for (size_t i = 0; i < n; i++) {
 		double per = 0.0;
@@ -328,44 +342,28 @@ static void split_fill(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 		}
 		need[i] = rest * per; /* above the floor */
 	}
-	/* a stream is capped while need[i] >= 0 is below its share; -1 marks one
-	 * not capped (yet) */
+	/* SIZE_MAX marks a stream not capped (yet) */
 	for (size_t i = 0; i < n; i++)
 		sts[i].budget = SIZE_MAX;
-	while (again) {
-		double left = spare, wsum = 0.0;
+	for (;;) {
+		double wsum, left = fill_left(sts, n, spare, w, need, &wsum);
+		bool capped = false;
 
-		again = false;
-		for (size_t i = 0; i < n; i++) {
-			if (sts[i].budget != SIZE_MAX)
-				left -= need[i];
-			else
-				wsum += w[i];
-		}
-		if (wsum <= 0 || left <= 0)
-			break;
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; wsum > 0 && left > 0 && i < n; i++)
 			if (sts[i].budget == SIZE_MAX && left * w[i] / wsum > need[i]) {
 				sts[i].budget = (size_t)(fl + need[i]);
-				again = true;
+				capped = true;
 			}
+		if (!capped)
+			break;
 	}
 	{
-		double left = spare, wsum = 0.0;
+		double wsum, left = fill_left(sts, n, spare, w, need, &wsum);
 
 		for (size_t i = 0; i < n; i++) {
-			if (sts[i].budget != SIZE_MAX)
-				left -= need[i];
-			else
-				wsum += w[i];
-		}
-		if (wsum > 0) {
-			for (size_t i = 0; i < n; i++)
-				if (sts[i].budget == SIZE_MAX)
-					sts[i].budget = (size_t)(fl + (left > 0 ? left * w[i] / wsum : 0.0));
-		} else if (left > 0) {
-			/* every stream fits whole at the ideal mix: the rest evenly */
-			for (size_t i = 0; i < n; i++)
+			if (wsum > 0 && sts[i].budget == SIZE_MAX)
+				sts[i].budget = (size_t)(fl + (left > 0 ? left * w[i] / wsum : 0.0));
+			else if (wsum <= 0 && left > 0) /* every stream fits whole at the ideal mix: the rest evenly */
 				sts[i].budget += (size_t)(left / (double)n);
 		}
 	}
