@@ -353,7 +353,8 @@ struct tkv_kv_head_plan {
 	enum tkv_head_plan_mode mode;
 	float mix;                          /* AUTO: the even part of the split, in [0, 1] (0.5) */
 	uint32_t n;                         /* FIXED, and as reported: n_layer x n_kv_head */
-	float weight[TKV_MAX_PLAN_HEADS];   /* each head's relative share, in (0, 1024] */
+	float weight[TKV_MAX_PLAN_HEADS];   /* each head's relative share: FIXED in (0, 1024];
+					     * AUTO with mix 0 gives 0 to heads that do not copy */
 	/* reported by tkv_engine_head_plan only: */
 	float score[TKV_MAX_PLAN_HEADS];    /* AUTO: the probe's score per head */
 	int unprobed;                       /* AUTO: no probe ran (the KV memory could not hold

@@ -113,8 +113,8 @@ static inline struct kv_stream *kv_seq_stream(struct kv_seq *s, uint32_t layer, 
  * next compaction repacks loose pages to it) and its budget weight. */
 void kv_seq_set_layer(struct kv_seq *s, uint32_t layer, uint32_t page_tokens, float weight);
 
-/* Sets every stream's budget weight, w[layer * n_kv_head + head] (> 0; the
- * head plan), or back to 1 each with w NULL. */
+/* Sets every stream's budget weight, w[layer * n_kv_head + head] (>= 0: 0
+ * leaves a stream its floor; the head plan), or back to 1 each with w NULL. */
 void kv_seq_set_head_weights(struct kv_seq *s, const float *w);
 
 /* Slots of the last page a stream takes for `need` more slots of a format
