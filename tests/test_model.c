@@ -410,6 +410,7 @@ static void test_alloc_failures(void **state)
 		ep.alloc = &a;
 		ep.n_threads = 2;
 		ep.n_batch = 4;
+		ep.head_plan.mode = TKV_HEADS_UNIFORM; /* the probe's failures: test_faults */
 		st = tkv_model_load(&m, model_path(), &mp, &err);
 		if (!st)
 			st = tkv_engine_init(&e, m, &ep, &err);
