@@ -62,6 +62,7 @@ static struct tkv_engine_params params(enum tkv_policy pol, size_t cap)
 	ep.kv.seq_budget = cap;
 	ep.kv.n_sink = 1;
 	ep.kv.n_window = 2;
+	ep.head_plan.mode = TKV_HEADS_UNIFORM; /* the probe's failures: test_faults */
 	return ep;
 }
 
