@@ -339,13 +339,17 @@ void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t 
  * second when it repeats (an induction head, the kind that retrieves a
  * needle: up to 1) than when it does not (0 for heads that attend the same
  * either way). Weights are mix + (1 - mix) x n x score / sum of scores (n
- * heads; mean 1), or all 1 when no head scores TKV_HEADS_MIN or when the
- * probe does not fit --kv-mem (then `unprobed` says so). A budget is
+ * heads; mean 1), or all 1 when no head scores TKV_HEADS_MIN. The probe
+ * keeps below the governor's low mark of --kv-mem: under a small --kv-mem it
+ * runs the two continuations one after the other instead of on a copy, and
+ * then on fewer tokens (`probe_tokens`, at least TKV_HEADS_PROBE_MIN); below
+ * that it does not run and the split is even (`unprobed`). A budget is
  * split as the adaptive policy splits it: each stream the floor its
  * protected slots need, the rest by weight. Under a layer plan the weights
  * share each layer's part; without one, the sequence's whole budget. */
 #define TKV_MAX_PLAN_HEADS 1024
 #define TKV_HEADS_PROBE 128
+#define TKV_HEADS_PROBE_MIN 32
 #define TKV_HEADS_MIN 0.1f
 enum tkv_head_plan_mode { TKV_HEADS_UNIFORM = 0, TKV_HEADS_AUTO = 1, TKV_HEADS_FIXED = 2 };
 
@@ -360,6 +364,7 @@ struct tkv_kv_head_plan {
 	int unprobed;                       /* AUTO: no probe ran (the KV memory could not hold
 					     * it, or the context or vocabulary is too small
 					     * for it): an even split */
+	uint32_t probe_tokens;              /* AUTO: the random tokens the probe repeated */
 };
 
 /* "uniform", "auto", "auto:MIX" or a list of weights "W,W,..." (n_layer x

@@ -397,6 +397,35 @@ static void test_head_engine(void **state)
 	for (uint32_t i = 0; i < n; i++)
 		assert_true(again.score[i] == hp.score[i] && again.weight[i] == hp.weight[i]);
 	tkv_engine_free(e);
+	/* a --kv-mem that holds one probe sequence but not two: the second
+	 * continuation runs after the first, with the same scores */
+	assert_int_equal(hp.probe_tokens, TKV_HEADS_PROBE);
+	ep.kv_mem = 2 << 20;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	tkv_engine_head_plan(e, &again);
+	assert_int_equal(again.unprobed, 0);
+	assert_int_equal(again.probe_tokens, TKV_HEADS_PROBE);
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(fabsf(again.score[i] - hp.score[i]) < 1e-5f);
+	tkv_engine_free(e);
+	/* 1/16 of the f16 cache of 4096 tokens: a shorter probe, below the
+	 * governor's low mark (no policy touched it), the same copying head */
+	ep.kv_mem = 1 << 20;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	tkv_engine_head_plan(e, &again);
+	assert_int_equal(again.unprobed, 0);
+	assert_true(again.probe_tokens >= TKV_HEADS_PROBE_MIN && again.probe_tokens < TKV_HEADS_PROBE);
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(again.score[i] <= again.score[4 * 2 + 1]);
+	assert_true(again.weight[4 * 2 + 1] > 2.0f);
+	{
+		struct tkv_kv_stats ks;
+
+		tkv_engine_kv_stats(e, &ks);
+		assert_int_equal(ks.peak_allocated, 0);
+		assert_int_equal(ks.demoted + ks.evicted + ks.gov_runs, 0);
+	}
+	tkv_engine_free(e);
 	/* a --kv-mem too small for the probe: an even split, said so */
 	ep.kv_mem = 64 << 10;
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);

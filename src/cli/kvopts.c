@@ -434,7 +434,7 @@ void cli_print_head_plan(FILE *f, const struct tkv_kv_head_plan *p, uint32_t n_k
 	}
 	fprintf(f, "tierkv:   head plan (%s", mode[p->mode]);
 	if (p->mode == TKV_HEADS_AUTO)
-		fprintf(f, ", mix %.2f", p->mix);
+		fprintf(f, ", mix %.2f, probe of %u tokens", p->mix, p->probe_tokens);
 	fprintf(f, "): budget weight per KV head%s, a layer a group:", p->mode == TKV_HEADS_AUTO ? " (probe score)" : "");
 	for (uint32_t i = 0; i < p->n; i++) {
 		fprintf(f, "%s%.2f", i % n_kv_head ? " " : i ? " | " : " ", p->weight[i]);

@@ -43,6 +43,7 @@ struct tkv_engine {
 	float *head_w;            /* (n_layer x n_kv_head) the head plan's weights, or NULL (uniform) */
 	float *head_score;        /* ... the AUTO probe's scores, or NULL */
 	bool heads_unprobed;      /* AUTO: the probe did not fit --kv-mem (an even split) */
+	uint32_t heads_probe;     /* AUTO: the random tokens the probe repeated */
 };
 
 struct tkv_seq {

@@ -94,11 +94,12 @@ static void probe_set(struct tkv_seq *s, uint32_t half)
 }
 
 /* Runs ids[0..1 + half) (BOS and R) through a sequence of its own, then on
- * it ids[1 + half..1 + 2 half) (R again) and on a copy of it
- * other[0..half) (R'); each stream's attention from the second half to the
- * first into copy[] and fresh[]. */
-static int probe_run(struct tkv_engine *e, const int32_t *ids, const int32_t *other, uint32_t half, double *copy,
-		     double *fresh, struct tkv_error *err)
+ * it ids[1 + half..1 + 2 half) (R again) and, on a copy of it made before
+ * (on_copy) or on a second sequence of BOS and R made after the first is
+ * gone, other[0..half) (R'); each stream's attention from the second half
+ * to the first into copy[] and fresh[]. */
+static int probe_run(struct tkv_engine *e, const int32_t *ids, const int32_t *other, uint32_t half, bool on_copy,
+		     double *copy, double *fresh, struct tkv_error *err)
 {
 	size_t n_st = (size_t)e->model->info.n_layer * e->model->info.n_kv_head;
 	struct tkv_seq *s, *f = NULL;
@@ -108,20 +109,41 @@ static int probe_run(struct tkv_engine *e, const int32_t *ids, const int32_t *ot
 		return st;
 	probe_set(s, half);
 	st = tkv_seq_decode(s, ids, 1 + (size_t)half, NULL, 0, err);
-	if (!st && !(st = tkv_seq_fork(&f, s, err))) {
+	if (!st && on_copy && !(st = tkv_seq_fork(&f, s, err)))
 		probe_set(f, half);
+	if (!st)
 		st = tkv_seq_decode(s, ids + 1 + half, half, NULL, 0, err);
+	for (size_t i = 0; !st && i < n_st; i++)
+		copy[i] = s->kv->streams[i].probe_mass;
+	if (!on_copy) {
+		tkv_seq_free(s);
+		s = NULL;
+		if (!st && !(st = tkv_seq_init(&f, e, err))) {
+			probe_set(f, half);
+			st = tkv_seq_decode(f, ids, 1 + (size_t)half, NULL, 0, err);
+		}
 	}
 	if (!st)
 		st = tkv_seq_decode(f, other, half, NULL, 0, err);
-	for (size_t i = 0; !st && i < n_st; i++) {
-		copy[i] = s->kv->streams[i].probe_mass;
+	for (size_t i = 0; !st && i < n_st; i++)
 		fresh[i] = f->kv->streams[i].probe_mass;
-	}
-	if (f)
-		tkv_seq_free(f);
+	tkv_seq_free(f);
 	tkv_seq_free(s);
 	return st;
+}
+
+/* The pool bytes the probe's sequences hold at their peak: each stream's
+ * BOS, R and its continuation in full-precision pages, twice when the
+ * second continuation runs on a copy. */
+static double probe_bytes(const struct tkv_engine *e, uint32_t half, bool on_copy)
+{
+	const struct tkv_model_info *in = &e->model->info;
+	uint32_t pt = kv_pool_page_tokens(e->pool);
+	size_t pages = (2 * (size_t)half + pt) / pt;
+	double b = (double)in->n_layer * in->n_kv_head * (double)pages *
+		   (double)kv_page_bytes(pt, in->head_dim, kv_pool_fmt(e->pool));
+
+	return on_copy ? 2 * b : b;
 }
 
 int heads_init(struct tkv_engine *e, struct tkv_error *err)
@@ -135,6 +157,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	double *copy, *fresh, sum = 0.0, top = 0.0;
 	float *w, *score;
 	uint64_t x = 0x9E3779B97F4A7C15u;
+	bool on_copy = true;
 	int st;
 
 	if ((unsigned)hp->mode > TKV_HEADS_FIXED)
@@ -160,6 +183,21 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 		half = (e->params.n_ctx - 1) / 2;
 	if (half < 8 || hi - lo < 2)
 		return TKV_OK; /* too small a context or vocabulary to probe: uniform */
+	/* the probe stays below the governor's low mark, so that no policy
+	 * touches its tokens: one sequence after the other, then fewer tokens
+	 * (down to TKV_HEADS_PROBE_MIN, or what the context allows) */
+	if (e->params.kv_mem) {
+		double room = e->params.kv.gov_low * (double)e->params.kv_mem;
+		uint32_t least = half < TKV_HEADS_PROBE_MIN ? half : TKV_HEADS_PROBE_MIN;
+
+		on_copy = probe_bytes(e, half, true) <= room;
+		while (half > least && probe_bytes(e, half, false) > room)
+			half--;
+		if (probe_bytes(e, half, false) > room) {
+			e->heads_unprobed = true;
+			return TKV_OK;
+		}
+	}
 	/* the probe's own sequences run with an even split: e->head_w is set last */
 	ids = tkv_malloc(e->alloc, (3 * (size_t)half + 1) * sizeof *ids);
 	copy = tkv_calloc(e->alloc, 2 * (size_t)n, sizeof *copy);
@@ -178,7 +216,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 		ids[i] = ids[half + i] = probe_token(&x, lo, hi);
 	for (uint32_t i = 0; i < half; i++)
 		ids[2 * half + 1 + i] = probe_token(&x, lo, hi);
-	st = probe_run(e, ids, ids + 2 * half + 1, half, copy, fresh, err);
+	st = probe_run(e, ids, ids + 2 * half + 1, half, on_copy, copy, fresh, err);
 	for (uint32_t i = 0; !st && i < n; i++) {
 		double s = (copy[i] - fresh[i]) / ((double)half * group);
 
@@ -212,9 +250,11 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	}
 	e->head_w = w;
 	e->head_score = score;
-	/* the probe is not the user's work: its pages, and any governor run its
-	 * sequences set off, leave no trace in the figures */
+	e->heads_probe = half;
+	/* the probe is not the user's work: its pages, its sequences' counters
+	 * and any governor run they set off leave no trace in the figures */
 	kv_pool_forget(e->pool);
+	e->evicted_gone = e->demoted_gone = e->merged_gone = e->cow_gone = 0;
 	e->gov_runs = e->gov_raises = 0;
 	e->pool_byte_ns = 0.0;
 	e->pool_ns = 0;
@@ -231,6 +271,7 @@ void tkv_engine_head_plan(const struct tkv_engine *e, struct tkv_kv_head_plan *o
 	out->mode = e->params.head_plan.mode;
 	out->mix = e->params.head_plan.mix;
 	out->unprobed = e->heads_unprobed || (out->mode == TKV_HEADS_AUTO && !e->head_score);
+	out->probe_tokens = e->head_score ? e->heads_probe : 0;
 	out->n = n <= TKV_MAX_PLAN_HEADS ? n : TKV_MAX_PLAN_HEADS;
 	for (uint32_t i = 0; i < out->n; i++) {
 		out->weight[i] = e->head_w ? e->head_w[i] : 1.0f;
