@@ -209,12 +209,11 @@ static void test_head_split(void **state)
 	struct kv_cfg c;
 	const float w[6] = { 1.0f, 3.0f, 1.0f, 1.0f, 0.5f, 0.5f };
 	const size_t bytes = 600000;
-	/* the floor: sinks and window at f16; a slot at tiered's ideal mix: 0.3
-	 * hot (f16, 16-slot pages), 0.4 warm (q8) and 0.3 cold (q4, 64-slot) */
+	/* the floor: sinks and window at f16; a stream's need: every token at
+	 * the cheapest tier (q4, 64-slot pages) times 1.5, and a sixteenth of
+	 * the budget that makes for maintenance's slack */
 	const double fl = (kp.n_sink + kp.n_window) * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16;
-	const double per = 0.3 * (double)kv_page_kv_bytes(16, 8, KV_FMT_F16) / 16 +
-			    0.4 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q8) / 64 +
-			    0.3 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q4) / 64;
+	const double per = 1.5 * (double)kv_page_kv_bytes(64, 8, KV_FMT_Q4) / 64 * 16.0 / 15.0;
 	size_t sum, got[6];
 
 	(void)state;
@@ -235,8 +234,8 @@ static void test_head_split(void **state)
 	}
 	assert_true(sum <= bytes && sum + 6 >= bytes);
 
-	/* a sequence whose every token fits in the heaviest stream's share at
-	 * the ideal mix: that stream takes its need, the others the rest */
+	/* a sequence whose every token fits in the heaviest stream's share:
+	 * that stream takes its need, the others the rest */
 	s->n_pos = (int32_t)(kp.n_sink + kp.n_window) + (int32_t)(200000 / per);
 	kv_policy_split_budget(&c, s, bytes);
 	{
@@ -256,7 +255,7 @@ static void test_head_split(void **state)
 		assert_true(sum <= bytes && sum + 6 >= bytes);
 	}
 
-	/* a short one: every stream keeps all at the ideal mix, the rest evenly */
+	/* a short one: every stream keeps all it needs, the rest evenly */
 	s->n_pos = 100;
 	kv_policy_split_budget(&c, s, bytes);
 	sum = 0;

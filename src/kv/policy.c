@@ -313,17 +313,26 @@ static double fill_left(const struct kv_stream *sts, size_t n, double spare, con
 	return spare;
 }
 
+/* A stream's need under a head plan, as a multiple of every token at its
+ * cheapest tier: room for the tokens still to come between rounds besides
+ * maintenance's slack (below). */
+#define KV_HEAD_NEED 1.5
+
 /* Under a head plan: the spare bytes above each stream's floor fl by weight
  * w[], but no stream takes more than it needs to keep every token of the
- * sequence at the policy's ideal mix of tiers (its protected slots within the
- * floor): what a copying head cannot use goes to the others by their
- * weights, until no share passes its need (water-filling; each pass caps at
- * least one more stream, or ends); when every stream fits so, the rest is
- * split evenly. The need is the ideal mix's, not the cheapest tier's: a
- * copying head held to all-cold evicts a little each round (the policy's
- * slack), and the first tokens it evicts are the needles, which nothing
- * attends to until the question (lc-8k at 1/4: retrieval 93% -> 53%).
- * need[] is scratch. */
+ * sequence (its protected slots within the floor): what a copying head
+ * cannot use goes to the others by their weights, until no share passes its
+ * need (water-filling; each pass caps at least one more stream, or ends);
+ * when every stream fits so, the rest is split evenly. The need is every
+ * token at the cheapest tier, times KV_HEAD_NEED, plus the slack a round
+ * leaves below the budget (maint_slack), at most the policy's ideal mix.
+ * Exactly all-cold is too little: a copying head held there evicts a little
+ * each round, and the first tokens it evicts are the needles, which nothing
+ * attends to until the question (lc-8k at 1/4: retrieval 93% -> 53%). The
+ * ideal mix is more than a copying head uses: its hot and warm slots came
+ * out of the other heads (lc-8k at 4096 tokens, KL at 1/4 and 1/8: 0.0056
+ * and 0.0167 with the ideal mix, 0.0048 and 0.0155 with this need, the same
+ * needles found). need[] is scratch. */
 static void split_fill(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *sts, size_t n, double fl,
 		       double spare, const double *w, double *need)
 {
@@ -333,14 +342,17 @@ static void split_fill(const struct kv_cfg *c, struct kv_seq *s, struct kv_strea
 	uint32_t rest = s->n_pos > prot ? (uint32_t)(s->n_pos - prot) : 0;
 
 	for (size_t i = 0; i < n; i++) {
-		double per = 0.0;
+		uint32_t cold = tier_fmt(c, &sts[i], c->n_tiers - 1);
+		double ideal = 0.0, least;
 
 		for (uint32_t t = 0; t < c->n_tiers; t++) {
 			uint32_t fmt = tier_fmt(c, &sts[i], t);
 
-			per += c->tier_frac[t] * slot_cost(fmt, fmt_cap(&sts[i], fmt), s->head_dim);
+			ideal += c->tier_frac[t] * slot_cost(fmt, fmt_cap(&sts[i], fmt), s->head_dim);
 		}
-		need[i] = rest * per; /* above the floor */
+		least = KV_HEAD_NEED * rest * slot_cost(cold, fmt_cap(&sts[i], cold), s->head_dim);
+		least += maint_slack(sts[i].hot_fmt, sts[i].page_tokens, (size_t)(least * 16.0 / 15.0), s->head_dim);
+		need[i] = fmin(rest * ideal, least); /* above the floor */
 	}
 	/* SIZE_MAX marks a stream not capped (yet) */
 	for (size_t i = 0; i < n; i++)
