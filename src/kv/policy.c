@@ -315,7 +315,9 @@ static double fill_left(const struct kv_stream *sts, size_t n, double spare, con
 
 /* A stream's need under a head plan, as a multiple of every token at its
  * cheapest tier: room for the tokens still to come between rounds besides
- * maintenance's slack (below). */
+ * maintenance's slack (below). Measured on lc-8k (4096 tokens, two
+ * fillers; 8192): 1.0 lost needles at 1/4, 1.25 a few at 1/8, 1.5 kept what
+ * the ideal mix kept but one. */
 #define KV_HEAD_NEED 1.5
 
 /* Under a head plan: the spare bytes above each stream's floor fl by weight
@@ -331,7 +333,7 @@ static double fill_left(const struct kv_stream *sts, size_t n, double spare, con
  * attends to until the question (lc-8k at 1/4: retrieval 93% -> 53%). The
  * ideal mix is more than a copying head uses: its hot and warm slots came
  * out of the other heads (lc-8k at 4096 tokens, KL at 1/4 and 1/8: 0.0056
- * and 0.0167 with the ideal mix, 0.0048 and 0.0155 with this need, the same
+ * and 0.0167 with the ideal mix, 0.0052 and 0.0159 with this need, the same
  * needles found). need[] is scratch. */
 static void split_fill(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *sts, size_t n, double fl,
 		       double spare, const double *w, double *need)
