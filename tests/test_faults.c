@@ -203,6 +203,28 @@ static int sc_heads(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
 	return two_in_turns(r, a, &ep, 8, 0, 3, err);
 }
 
+/* The same under a --kv-mem of 64 KiB, which holds one probe sequence (3
+ * pages of 16 f16 slots in each of 20 streams: 36 KiB, under 0.7 of 64)
+ * and not two: the second continuation runs on a sequence of its own after
+ * the first is freed, at the probe's full length. */
+static int sc_heads_mem(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
+{
+	struct tkv_engine_params ep = base_params();
+	struct tkv_kv_head_plan hp;
+	int st;
+
+	ep.head_plan.mode = TKV_HEADS_AUTO;
+	ep.n_ctx = 40;
+	ep.kv_mem = 64 << 10;
+	ep.kv.seq_budget = 8 * 640;
+	if ((st = two_in_turns(r, a, &ep, 8, 0, 3, err)))
+		return st;
+	tkv_engine_head_plan(r->e, &hp);
+	if (hp.unprobed || hp.probe_tokens != 19)
+		fail_msg("heads-mem: the probe ran on %u tokens (unprobed %d), want 19", hp.probe_tokens, hp.unprobed);
+	return st;
+}
+
 /* The memory governor (two worker threads): no per-sequence cap, a --kv-mem
  * of 30 KiB that two sequences outgrow after some 14 tokens each. */
 static int sc_governor(struct run *r, struct tkv_alloc *a, struct tkv_error *err)
@@ -489,7 +511,8 @@ static struct sweep_case SWEEPS[] = {
 	{ sc_governor, "governor", DID_GOVERN | DID_EVICT | DID_DEMOTE },
 	{ sc_step, "step", DID_EVICT | DID_GOVERN },
 	{ sc_prefix, "prefix", DID_SHARE },
-	{ sc_heads, "heads", DID_DEMOTE },
+	{ sc_heads, "heads", DID_EVICT },
+	{ sc_heads_mem, "heads-mem", DID_EVICT },
 };
 
 static void test_sweep(void **state)
@@ -529,6 +552,7 @@ int main(void)
 		SWEEP_TEST("step", 2),
 		SWEEP_TEST("prefix", 3),
 		SWEEP_TEST("heads", 4),
+		SWEEP_TEST("heads-mem", 5),
 		cmocka_unit_test(test_transient),
 	};
 
