@@ -317,7 +317,8 @@ static double fill_left(const struct kv_stream *sts, size_t n, double spare, con
  * cheapest tier: room for the tokens still to come between rounds besides
  * maintenance's slack (below). Measured on lc-8k (4096 tokens, two
  * fillers; 8192): 1.0 lost needles at 1/4, 1.25 a few at 1/8, 1.5 kept what
- * the ideal mix kept but one. */
+ * the ideal mix kept but one license-filler needle at 1/4 and one at 1/8
+ * (and one more at 8192). */
 #define KV_HEAD_NEED 1.5
 
 /* Under a head plan: the spare bytes above each stream's floor fl by weight
