@@ -407,8 +407,8 @@ static void test_head_engine(void **state)
 	for (uint32_t i = 0; i < n; i++)
 		assert_true(fabsf(again.score[i] - hp.score[i]) < 1e-5f);
 	tkv_engine_free(e);
-	/* 1/16 of the f16 cache of 4096 tokens: a shorter probe, below the
-	 * governor's low mark (no policy touched it), the same copying head */
+	/* 1/16 of the f16 cache of 4096 tokens: a shorter probe, the same
+	 * copying head on top, and no trace of it in the engine's figures */
 	ep.kv_mem = 1 << 20;
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
 	tkv_engine_head_plan(e, &again);
