@@ -44,6 +44,7 @@ struct tkv_engine {
 	float *head_score;        /* ... the AUTO probe's scores, or NULL */
 	bool heads_unprobed;      /* AUTO: the probe did not fit --kv-mem (an even split) */
 	uint32_t heads_probe;     /* AUTO: the random tokens the probe repeated */
+	bool probing;             /* the head probe is running: the governor stays out of it */
 };
 
 struct tkv_seq {

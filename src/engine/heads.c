@@ -216,7 +216,9 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 		ids[i] = ids[half + i] = probe_token(&x, lo, hi);
 	for (uint32_t i = 0; i < half; i++)
 		ids[2 * half + 1 + i] = probe_token(&x, lo, hi);
+	e->probing = true;
 	st = probe_run(e, ids, ids + 2 * half + 1, half, on_copy, copy, fresh, err);
+	e->probing = false;
 	for (uint32_t i = 0; !st && i < n; i++) {
 		double s = (copy[i] - fresh[i]) / ((double)half * group);
 
