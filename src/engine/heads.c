@@ -253,8 +253,8 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	e->head_w = w;
 	e->head_score = score;
 	e->heads_probe = half;
-	/* the probe is not the user's work: its pages, its sequences' counters
-	 * and any governor run they set off leave no trace in the figures */
+	/* the probe is not the user's work: its pages and its sequences'
+	 * counters leave no trace in the figures (the governor stayed out) */
 	kv_pool_forget(e->pool);
 	e->evicted_gone = e->demoted_gone = e->merged_gone = e->cow_gone = 0;
 	e->gov_runs = e->gov_raises = 0;
