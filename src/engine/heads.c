@@ -254,13 +254,11 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	e->head_score = score;
 	e->heads_probe = half;
 	/* the probe is not the user's work: its pages and its sequences'
-	 * counters leave no trace in the figures (the governor stayed out) */
+	 * counters (a policy that acts without a budget, kivi, demotes) leave no
+	 * trace in the figures; the governor stayed out, so it has no runs or
+	 * pool samples to forget */
 	kv_pool_forget(e->pool);
 	e->evicted_gone = e->demoted_gone = e->merged_gone = e->cow_gone = 0;
-	e->gov_runs = e->gov_raises = 0;
-	e->pool_byte_ns = 0.0;
-	e->pool_ns = 0;
-	e->pool_min = 0;
 	return TKV_OK;
 }
 
