@@ -146,6 +146,16 @@ static double probe_bytes(const struct tkv_engine *e, uint32_t half, bool on_cop
 	return on_copy ? 2 * b : b;
 }
 
+/* The probe is not the user's work: its pages and its sequences' counters
+ * (a policy that acts without a budget, kivi, demotes) leave no trace in the
+ * figures, whether it finished or ran out of memory; the governor stayed out,
+ * so it has no runs or pool samples to forget. */
+static void probe_forget(struct tkv_engine *e)
+{
+	kv_pool_forget(e->pool);
+	e->evicted_gone = e->demoted_gone = e->merged_gone = e->cow_gone = 0;
+}
+
 int heads_init(struct tkv_engine *e, struct tkv_error *err)
 {
 	const struct tkv_kv_head_plan *hp = &e->params.head_plan;
@@ -242,7 +252,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 		if (st == TKV_ERR_KV_FULL) {
 			/* --kv-mem too small for the probe: an even split */
 			e->heads_unprobed = true;
-			kv_pool_forget(e->pool);
+			probe_forget(e);
 			return TKV_OK;
 		}
 		if (!err)
@@ -253,12 +263,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	e->head_w = w;
 	e->head_score = score;
 	e->heads_probe = half;
-	/* the probe is not the user's work: its pages and its sequences'
-	 * counters (a policy that acts without a budget, kivi, demotes) leave no
-	 * trace in the figures; the governor stayed out, so it has no runs or
-	 * pool samples to forget */
-	kv_pool_forget(e->pool);
-	e->evicted_gone = e->demoted_gone = e->merged_gone = e->cow_gone = 0;
+	probe_forget(e);
 	return TKV_OK;
 }
 
