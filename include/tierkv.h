@@ -242,8 +242,8 @@ enum tkv_policy {
 	TKV_POLICY_SEMANTIC,        /* keep keys most similar to the context's core vector */
 	TKV_POLICY_STREAMING,       /* sinks + window + the hottest tokens by attention */
 	TKV_POLICY_KIVI,            /* keep every token, quantize all but the window to the cold format */
-	TKV_POLICY_TIERED,          /* hot/warm/cold by combined importance; the product's default */
-	TKV_POLICY_ADAPTIVE,        /* tiered, with per-layer/per-head budgets from attention entropy */
+	TKV_POLICY_TIERED,          /* hot/warm/cold by combined importance */
+	TKV_POLICY_ADAPTIVE,        /* tiered, with per-layer/per-head budgets from attention entropy; the default */
 	TKV_POLICY_COUNT
 };
 
@@ -251,7 +251,7 @@ enum tkv_policy {
 enum tkv_kv_fmt { TKV_FMT_F32 = 0, TKV_FMT_F16 = 1, TKV_FMT_Q8 = 2, TKV_FMT_Q4 = 3, TKV_FMT_Q2 = 4 };
 
 struct tkv_kv_policy_params {
-	enum tkv_policy policy;   /* default TKV_POLICY_TIERED */
+	enum tkv_policy policy;   /* default TKV_POLICY_ADAPTIVE */
 	size_t seq_budget;        /* K+V bytes (data and quantization parameters) one sequence
 				   * may hold; 0 = no per-sequence cap (only the pool governor) */
 	float hot_ratio;          /* tiered: share of kept tokens stored hot (0.3) */

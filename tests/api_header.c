@@ -45,7 +45,7 @@ int main(void)
 	/* a missing file is an error with a message, not a crash */
 	if (tkv_model_load(&m, "/nonexistent/model.gguf", NULL, &err) != TKV_ERR_IO || m || !err.msg[0])
 		return 1;
-	return as.live == 0 && ep.kv.policy == TKV_POLICY_TIERED && sp.temp > 0.0f &&
+	return as.live == 0 && ep.kv.policy == TKV_POLICY_ADAPTIVE && sp.temp > 0.0f &&
 			       tkv_policy_parse(tkv_policy_name(TKV_POLICY_ADAPTIVE)) == TKV_POLICY_ADAPTIVE
 		       ? 0
 		       : 1;

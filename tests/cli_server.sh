@@ -257,7 +257,7 @@ expect_error e_cache_nokey 401
 AUTH=(-H "Authorization: Bearer $KEY")
 req cache GET /v1/cache
 expect_code cache 200
-expect_body cache '^\{"object":"cache","model":"stories260K","policy":"tiered",'
+expect_body cache '^\{"object":"cache","model":"stories260K","policy":"adaptive",'
 expect_body cache '"budget":\{"kv_mem":[0-9]+,"allocated":[0-9]+,"peak":[0-9]+,'
 expect_body cache '"sequences":\[\{"id":"(chat)?cmpl-[0-9a-f]+","state":"(stop|length)"'
 expect_body cache '"events":\[\{"id":[0-9]+,"t":[0-9.e-]+,"kind":"[a-z]+","text":"[^"]+"\}'

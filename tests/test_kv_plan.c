@@ -297,6 +297,41 @@ static struct tkv_model *load_named(const char *name)
 	return m;
 }
 
+/* 400 tokens under a cap of 64 tokens' f16 K+V on lc-8k: the sequence keeps
+ * to it, and the copying head `top` gets more than the others and keeps
+ * every token (see test_head_engine). */
+static void budget_split(struct tkv_engine *e, struct tkv_model *m, uint32_t n, uint32_t top, bool tiered)
+{
+	size_t cap = 64 * tkv_model_kv_bytes_per_token(m), held = 0, sum = 0;
+	struct tkv_error err = { 0 };
+	struct tkv_seq *s = NULL;
+	struct kv_seq *kv;
+
+	assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
+	tkv_seq_set_budget(s, cap);
+	for (uint32_t i = 0; i < 400; i++) {
+		int32_t id = (int32_t)(300 + (i * 7919) % 7000);
+
+		if (tkv_seq_decode(s, &id, 1, NULL, 0, &err))
+			fail_msg("decode: %s", err.msg);
+	}
+	kv = tkv_seq_kv_cache(s);
+	for (uint32_t i = 0; i < n; i++) {
+		held += kv->streams[i].kv_bytes;
+		sum += kv->streams[i].budget;
+	}
+	assert_true(held <= cap);
+	if (tiered) {
+		assert_true(kv->streams[top].budget > 2 * kv->streams[0].budget);
+		assert_true(kv->streams[top].n_tokens > 2 * kv->streams[0].n_tokens);
+	} else {
+		assert_true(kv->streams[top].budget * n >= sum);
+	}
+	/* the copying head keeps every token, so the needles too */
+	assert_int_equal(kv->streams[top].n_tokens, 400);
+	tkv_seq_free(s);
+}
+
 /* The engine's head plans: a wrong weight count is refused; fixed weights
  * reach every sequence; AUTO on lc-8k finds its copying heads (the ones
  * whose attention lands on a needle at the answer: layer 4's second KV head
@@ -364,31 +399,16 @@ static void test_head_engine(void **state)
 	assert_int_equal(second, 7 * 2 + 0);
 	assert_true(hp.score[top] > 0.25f && hp.score[second] > 0.2f);
 	assert_true(hp.weight[top] > 2.0f && hp.weight[0] < 0.7f);
-	{
-		/* a sequence under a budget keeps to it, its copying heads with more */
-		size_t cap = 64 * tkv_model_kv_bytes_per_token(m);
-		struct kv_seq *kv;
-
-		assert_int_equal(tkv_seq_init(&s, e, &err), TKV_OK);
-		tkv_seq_set_budget(s, cap);
-		for (uint32_t i = 0; i < 400; i++) {
-			int32_t id = (int32_t)(300 + (i * 7919) % 7000);
-
-			if (tkv_seq_decode(s, &id, 1, NULL, 0, &err))
-				fail_msg("decode: %s", err.msg);
-		}
-		kv = tkv_seq_kv_cache(s);
-		{
-			size_t held = 0;
-
-			for (uint32_t i = 0; i < n; i++)
-				held += kv->streams[i].kv_bytes;
-			assert_true(held <= cap);
-		}
-		assert_true(kv->streams[top].budget > 2 * kv->streams[0].budget);
-		assert_true(kv->streams[top].n_tokens > 2 * kv->streams[0].n_tokens);
-		tkv_seq_free(s);
-	}
+	/* a sequence under a budget keeps to it, its copying heads with more:
+	 * adaptive (the default) gives the copying head at least the mean
+	 * stream's share, tiered (an even split but for the plan) more than
+	 * twice the first head's */
+	budget_split(e, m, n, top, false);
+	tkv_engine_free(e);
+	ep.kv.policy = TKV_POLICY_TIERED;
+	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	budget_split(e, m, n, top, true);
+	ep.kv.policy = TKV_POLICY_ADAPTIVE;
 	tkv_engine_free(e);
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
 	tkv_engine_head_plan(e, &again);

@@ -1461,7 +1461,7 @@ static void test_cfg_init(void **state)
 	struct tkv_error err = {0};
 
 	(void)state;
-	assert_int_equal(p.policy, TKV_POLICY_TIERED);
+	assert_int_equal(p.policy, TKV_POLICY_ADAPTIVE);
 	assert_int_equal(kv_cfg_init(&c, &p, 64, 4, KV_FMT_F16, 16, &err), TKV_OK);
 	assert_int_equal(c.n_tiers, 3);
 	assert_int_equal(c.tier_fmt[0], KV_FMT_F16);

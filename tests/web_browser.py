@@ -155,7 +155,7 @@ def test_key(d, a):
     d.wait("a poll", "return document.body.dataset.polls")
     check(d.js("return location.hash") == "", "#key=KEY is taken and removed from the address bar")
     policy = d.js("return document.getElementById('policy').textContent")
-    check(policy == "tiered", f"the policy is shown: {policy}")
+    check(policy == "adaptive", f"the policy is shown: {policy}")
 
 
 def test_selftest(d):

@@ -116,7 +116,7 @@ void cli_kv_help(void)
 	printf("KV cache:\n"
 	       "      --kv-mem SIZE      KV memory budget for all sequences, e.g. 64M, 1G; 0 = unlimited (256M)\n"
 	       "      --kv-policy NAME   full, window, h2o, snapkv, tova, attn-threshold, semantic,\n"
-	       "                         streaming, kivi, tiered, adaptive (default tiered)\n"
+	       "                         streaming, kivi, tiered, adaptive (default adaptive)\n"
 	       "      --kv-preset NAME   quality | balanced | memory (hot ratio 0.4 / 0.3 / 0.2)\n"
 	       "      --kv-budget SIZE   K+V bytes one sequence may hold (default: no per-sequence cap)\n"
 	       "      --kv-hot R         share of kept tokens stored hot, f16 (0.3)\n"

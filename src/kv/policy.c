@@ -74,7 +74,7 @@ int tkv_kv_fmt_parse(const char *name)
 struct tkv_kv_policy_params tkv_kv_policy_default_params(void)
 {
 	struct tkv_kv_policy_params p = {
-		.policy = TKV_POLICY_TIERED,
+		.policy = TKV_POLICY_ADAPTIVE,
 		.seq_budget = 0,
 		.hot_ratio = 0.3f,
 		.warm_ratio = 0.4f,
