@@ -282,6 +282,11 @@ struct tkv_kv_policy_params {
 				   * below stores one direction for both layers and its own
 				   * scales (MiniCache-style); 0 = off (the default) */
 	uint32_t share_from;      /* ... in layers from this one up (0 = the upper half) */
+	uint32_t pool;            /* tiered/adaptive: a slot ranks by the mean of its own
+				   * priority and the best among the `pool` nearest ranked
+				   * slots on each side, in position order, so kept tokens
+				   * come in spans (SnapKV's pooling; not in a copying head
+				   * of the head plan); 0 = by its own (6) */
 };
 
 struct tkv_kv_policy_params tkv_kv_policy_default_params(void);

@@ -14,6 +14,8 @@ expect 2 ""
 expect 2 "needs a value" run -m
 expect 2 "not an integer" run -m "$model" -n abc
 expect 2 "out of range" run -m "$model" --top-p 2
+expect 2 "out of range" run -m "$model" --kv-pool 65
+expect 0 "" run -m "$model" -n 8 --temp 0 --kv-budget 2K --kv-pool 4
 expect 2 "exceed 1" run -m "$model" --kv-warm 0.5 --kv-hot 0.6
 expect 2 "exceed 1" eval -m "$model" -f "$model" --kv-hot 0.9
 expect 0 "" run -m "$model" -n 4 --temp 0 --kv-hot 1 --kv-warm 0

@@ -153,6 +153,33 @@ static bool is_protected(const struct harness *h, uint32_t i, int32_t pos)
 	return (uint32_t)pos < h->c.n_sink || pos >= h->n_pos - (int32_t)w;
 }
 
+/* The priority a slot ranks by: prio_of, pooled over the c.pool nearest
+ * candidates (present and unprotected) on each side in position order - the
+ * mean of its own and the best of them - as pool_prios does (--kv-pool),
+ * but for a copying head. */
+static double prio_of(const struct harness *h, uint32_t i, const struct snap *sn, int32_t pos);
+static double rank_prio(const struct harness *h, uint32_t i, const struct snap *sn, int32_t pos)
+{
+	double own = prio_of(h, i, sn, pos), m = own;
+	uint32_t k = 0;
+
+	if (h->s->streams[i].weight >= KV_COPY_WEIGHT) /* a copying head: its own */
+		return own;
+
+	for (int32_t q = pos - 1; k < h->c.pool && q >= 0; q--)
+		if (sn->present[q] && !is_protected(h, i, q)) {
+			m = fmax(m, prio_of(h, i, sn, q));
+			k++;
+		}
+	k = 0;
+	for (int32_t q = pos + 1; k < h->c.pool && q < h->n_pos; q++)
+		if (sn->present[q] && !is_protected(h, i, q)) {
+			m = fmax(m, prio_of(h, i, sn, q));
+			k++;
+		}
+	return 0.5 * (own + m);
+}
+
 /* Where every slot of stream i is now, with what ranking and budget checks
  * need later (pages may be gone by then). */
 static void take_snap(const struct harness *h, uint32_t i, struct snap *sn)
@@ -775,7 +802,7 @@ static void test_determinism(void **state)
 /* Over every maintenance of a run: each kept unprotected slot ranks at least
  * as high as every evicted one, by the policy's own priority. `fn` checks
  * extra properties. */
-static void check_ranking_run(enum tkv_policy pol, uint32_t d, double frac, uint64_t seed,
+static void check_ranking_run(enum tkv_policy pol, uint32_t d, double frac, uint64_t seed, uint32_t pool,
 			      void (*fn)(struct harness *, uint32_t, const struct snap *, const struct snap *))
 {
 	static struct harness h;
@@ -783,7 +810,12 @@ static void check_ranking_run(enum tkv_policy pol, uint32_t d, double frac, uint
 	struct tkv_kv_policy_params p = params_for(pol);
 	uint64_t n_evicted = 0;
 
+	p.pool = pool;
+
 	h_init(&h, &p, d, 2, 2, 16, KV_FMT_F16, 0, seed);
+	assert_int_equal(h.c.pool, pol == TKV_POLICY_TIERED || pol == TKV_POLICY_ADAPTIVE ? pool : 0);
+	if (pool)
+		h.s->streams[1].weight = 2.0f; /* a copying head, ranked by its own priorities */
 	h.seq_budget = (size_t)(frac * (double)full_stream_bytes(&h, 400) * 2);
 	while (h.n_pos < 400) {
 		h_append(&h, 1 + tu_rng_u32() % 20);
@@ -797,7 +829,7 @@ static void check_ranking_run(enum tkv_policy pol, uint32_t d, double frac, uint
 
 				if (!b[i].present[pos] || is_protected(&h, i, pos))
 					continue;
-				pr = prio_of(&h, i, &b[i], pos);
+				pr = rank_prio(&h, i, &b[i], pos);
 				if (a[i].present[pos] && pr < min_kept) {
 					min_kept = pr;
 					arg_kept = pos;
@@ -849,24 +881,28 @@ struct ranking_case {
 	double frac;
 	uint64_t seed;
 	void (*extra)(struct harness *, uint32_t, const struct snap *, const struct snap *);
+	uint32_t pool; /* --kv-pool (tiered/adaptive; the others ignore it) */
 };
 
 static void test_ranking(void **state)
 {
 	const struct ranking_case *rc = *state;
 
-	check_ranking_run(rc->pol, rc->d, rc->frac, rc->seed, rc->extra);
+	check_ranking_run(rc->pol, rc->d, rc->frac, rc->seed, rc->pool, rc->extra);
 }
 
 static struct ranking_case RANKING[] = {
-	{ TKV_POLICY_WINDOW, 16, 0.3, 11, window_extra },
-	{ TKV_POLICY_H2O, 16, 0.3, 12, NULL },
-	{ TKV_POLICY_SNAPKV, 16, 0.3, 13, NULL },
-	{ TKV_POLICY_TOVA, 16, 0.3, 14, NULL },
-	{ TKV_POLICY_SEMANTIC, 32, 0.3, 15, NULL },
-	{ TKV_POLICY_STREAMING, 16, 0.3, 16, NULL },
+	{ TKV_POLICY_WINDOW, 16, 0.3, 11, window_extra, 0 },
+	{ TKV_POLICY_H2O, 16, 0.3, 12, NULL, 0 },
+	{ TKV_POLICY_SNAPKV, 16, 0.3, 13, NULL, 0 },
+	{ TKV_POLICY_TOVA, 16, 0.3, 14, NULL, 0 },
+	{ TKV_POLICY_SEMANTIC, 32, 0.3, 15, NULL, 0 },
+	{ TKV_POLICY_STREAMING, 16, 0.3, 16, NULL, 0 },
 	/* 0.2: at 0.3 a tight stream's q8 hot tier leaves too few evictions */
-	{ TKV_POLICY_TIERED, 16, 0.2, 17, NULL },
+	{ TKV_POLICY_TIERED, 16, 0.2, 17, NULL, 0 },
+	/* ranked by the best priority among 6 (3) neighbours each side */
+	{ TKV_POLICY_TIERED, 16, 0.2, 18, NULL, 6 },
+	{ TKV_POLICY_ADAPTIVE, 16, 0.2, 19, NULL, 3 },
 };
 
 #define RANKING_TEST(name, k) { "test_" name, test_ranking, NULL, NULL, &RANKING[k] }
@@ -953,7 +989,7 @@ static void check_shares(const char *preset, double hot, double warm, double fra
 			continue;
 		t = a[0].fmt[pos] == KV_FMT_F16 ? 0 : a[0].fmt[pos] == p.warm_fmt ? 1 : 2;
 		assert_int_equal(a[0].fmt[pos], t == 0 ? KV_FMT_F16 : t == 1 ? (uint32_t)p.warm_fmt : (uint32_t)p.cold_fmt);
-		pr = prio_of(&h, 0, &b[0], pos);
+		pr = rank_prio(&h, 0, &b[0], pos);
 		min_prio[t] = fmin(min_prio[t], pr);
 		max_prio[t] = fmax(max_prio[t], pr);
 		n[t]++;
@@ -1496,6 +1532,18 @@ static void test_cfg_init(void **state)
 	p = tkv_kv_policy_default_params();
 	assert_int_equal(kv_cfg_init(&c, &p, 64, 65, KV_FMT_F16, 16, &err), TKV_ERR_UNSUPPORTED);
 	assert_int_equal(tkv_kv_preset(&p, "nope"), TKV_ERR_ARG);
+	/* priority pooling: 6 a side by default, at most 64, tiered/adaptive only */
+	p = tkv_kv_policy_default_params();
+	assert_int_equal(p.pool, 6);
+	p.pool = 65;
+	assert_int_equal(kv_cfg_init(&c, &p, 64, 4, KV_FMT_F16, 16, &err), TKV_ERR_ARG);
+	assert_true(strstr(err.msg, "pooling") != NULL);
+	p.pool = 64;
+	assert_int_equal(kv_cfg_init(&c, &p, 64, 4, KV_FMT_F16, 16, &err), TKV_OK);
+	assert_int_equal(c.pool, 64);
+	p.policy = TKV_POLICY_H2O;
+	assert_int_equal(kv_cfg_init(&c, &p, 64, 4, KV_FMT_F16, 16, &err), TKV_OK);
+	assert_int_equal(c.pool, 0);
 }
 
 /* ---- allocation failures ------------------------------------------------------------- */
@@ -1526,6 +1574,7 @@ static void test_maintain_fault_sweep(void **state)
 			assert_true(N < 5000);
 			p.completion = 1;
 			p.rotate = 1;
+			p.pool = pi == 1 ? 6 : 0; /* the second tiered run pools its priorities */
 			h_init(&h, &p, 16, 1, 2, 16, KV_FMT_F16, 0, 111);
 			h_append(&h, 200);
 			take_snap(&h, 0, &b);
@@ -2054,6 +2103,8 @@ int main(void)
 		RANKING_TEST("semantic_keeps_near_centroid", 4),
 		RANKING_TEST("streaming_keeps_hot", 5),
 		RANKING_TEST("tiered_ranking", 6),
+		RANKING_TEST("tiered_ranking_pooled", 7),
+		RANKING_TEST("adaptive_ranking_pooled", 8),
 		cmocka_unit_test(test_tiered_shares),
 		cmocka_unit_test(test_tiered_ladder),
 		cmocka_unit_test(test_attn_threshold_under_budget),

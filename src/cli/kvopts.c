@@ -136,6 +136,9 @@ void cli_kv_help(void)
 	       "      --kv-floor R       the governor never squeezes a sequence below R x its full\n"
 	       "                         f16 cache; past that the budget is reported full (0)\n"
 	       "      --kv-semantic X    tiered: weight of key-to-centroid similarity (0.1)\n"
+	       "      --kv-pool N        tiered/adaptive: a token ranks by the mean of its own priority\n"
+	       "                         and the best of its N nearest ranked neighbours on each side,\n"
+	       "                         so kept tokens come in spans; 0 = by its own (6)\n"
 	       "      --kv-share C[:L]   cross-layer sharing: a token whose key and value have a cosine\n"
 	       "                         of at least C with the layer below's keeps one direction for\n"
 	       "                         both, from layer L up (default the upper half); off (0)\n"
@@ -285,6 +288,9 @@ static int kv_policy_option(struct cli_args *a, struct tkv_kv_policy_params *p, 
 	} else if (!strcmp(s, "--kv-sinks")) {
 		if (!(rc = cli_int(a, s, 0, 1 << 20, &x)))
 			p->n_sink = (uint32_t)x;
+	} else if (!strcmp(s, "--kv-pool")) {
+		if (!(rc = cli_int(a, s, 0, 64, &x)))
+			p->pool = (uint32_t)x;
 	} else if (!strcmp(s, "--kv-window")) {
 		if (!(rc = cli_int(a, s, 1, 1 << 20, &x)))
 			p->n_window = (uint32_t)x;

@@ -21,6 +21,17 @@ enum kv_tiers {
 	KV_TIERS_LADDER,    /* hot, warm and cold at --kv-hot / --kv-warm shares */
 };
 
+/* Priority pooling (pool_prios, `--kv-pool`): neighbours on each side in
+ * position order, by default and at most. Measured with `adaptive`
+ * (docs/lc-8k.md): on lc-8k at 4096 tokens, 1/4 ... 1/32 of the f16 cache,
+ * KL 0.0028 / 0.0089 / 0.0258 / 0.0541 without, 0.0029 / 0.0087 / 0.0253 /
+ * 0.0505 with, and 14 / 15 / 6 / 2 needles of 15 against 13 / 15 / 6 / 1;
+ * kjv-2048 and stories260K lower KL at every budget, `tiered` 20-27% lower
+ * on lc-8k. Pooling the copying heads too lost needles (3 of 15 at 1/16,
+ * with the mean or the best neighbour alone). */
+#define KV_POOL_DEFAULT 6
+#define KV_POOL_MAX 64
+
 /* Every policy is a row of knobs for the one machine in this file. */
 static const struct kv_policy_row {
 	const char *name;
@@ -93,6 +104,7 @@ struct tkv_kv_policy_params tkv_kv_policy_default_params(void)
 		.gov_high = 0.8f,
 		.gov_low = 0.7f,
 		.gov_floor = 0.0f,
+		.pool = KV_POOL_DEFAULT,
 	};
 	return p;
 }
@@ -177,6 +189,9 @@ int kv_cfg_init(struct kv_cfg *c, const struct tkv_kv_policy_params *p, uint32_t
 	c->threshold = p->threshold;
 	c->semantic_weight = p->semantic_weight;
 	c->recency_weight = p->recency_weight;
+	if (p->pool > KV_POOL_MAX)
+		return tkv_errf(err, TKV_ERR_ARG, "KV priority pooling %u: at most %u", p->pool, (unsigned)KV_POOL_MAX);
+	c->pool = c->prio == KV_PRIO_MEAN_SEM ? p->pool : 0;
 	c->seq_budget = p->seq_budget;
 	c->n_tiers = 1;
 	c->tier_frac[0] = 1.0f;
@@ -313,12 +328,6 @@ static double fill_left(const struct kv_stream *sts, size_t n, double spare, con
 	return spare;
 }
 
-/* The head-plan weight from which adaptive takes a stream for a copying
- * head (lc-8k's probe: 2.62 and 3.28 for the two, at most 1.09 for the
- * others; mean 1). Without it adaptive starved them by their narrow
- * attention: lc-8k at 4096 tokens, 1/8 and 1/16, +0.19% / +5.25% perplexity
- * and 2 / 0 needles of 15, with it -0.24% / +1.18% and 15 / 6. */
-#define KV_COPY_WEIGHT 1.5
 
 /* A stream's need under a head plan, as a multiple of every token at its
  * cheapest tier: room for the tokens still to come between rounds besides
@@ -554,22 +563,11 @@ static uint64_t prio_key(const struct cand *k)
  * of their keys, a byte a pass, skipping the bytes every key shares (the
  * positions' high bytes). qsort's comparisons had cost a round a fifth of its
  * time at 1,500 candidates. Falls back to qsort when scratch is short. */
-static void sort_cands(struct kv_seq *s, struct cand *c, uint32_t n)
+/* Sorts n keys ascending and their idx with them: an LSD radix sort, a byte
+ * a pass, skipping the bytes every key shares. key and idx hold 2n each
+ * (the second halves are scratch). */
+static void radix_sort(uint64_t *key, uint32_t *idx, uint32_t n)
 {
-	uint64_t *key = n >= 64 ? tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *key) : NULL;
-	uint32_t *idx = key ? tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *idx) : NULL;
-	struct cand *tmp = idx ? tkv_malloc(s->alloc, (size_t)n * sizeof *tmp) : NULL;
-
-	if (!tmp) {
-		tkv_free(s->alloc, idx);
-		tkv_free(s->alloc, key);
-		qsort(c, n, sizeof *c, cmp_prio_desc);
-		return;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		key[i] = prio_key(&c[i]);
-		idx[i] = i;
-	}
 	for (int shift = 0; shift < 64; shift += 8) {
 		uint32_t count[256] = { 0 }, at = 0;
 		uint64_t *ko = key + n;
@@ -594,12 +592,71 @@ static void sort_cands(struct kv_seq *s, struct cand *c, uint32_t n)
 		memcpy(key, ko, (size_t)n * sizeof *key);
 		memcpy(idx, io, (size_t)n * sizeof *idx);
 	}
+}
+
+static void sort_cands(struct kv_seq *s, struct cand *c, uint32_t n)
+{
+	uint64_t *key = n >= 64 ? tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *key) : NULL;
+	uint32_t *idx = key ? tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *idx) : NULL;
+	struct cand *tmp = idx ? tkv_malloc(s->alloc, (size_t)n * sizeof *tmp) : NULL;
+
+	if (!tmp) {
+		tkv_free(s->alloc, idx);
+		tkv_free(s->alloc, key);
+		qsort(c, n, sizeof *c, cmp_prio_desc);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		key[i] = prio_key(&c[i]);
+		idx[i] = i;
+	}
+	radix_sort(key, idx, n);
 	for (uint32_t i = 0; i < n; i++)
 		tmp[i] = c[idx[i]];
 	memcpy(c, tmp, (size_t)n * sizeof *c);
 	tkv_free(s->alloc, tmp);
 	tkv_free(s->alloc, idx);
 	tkv_free(s->alloc, key);
+}
+
+/* Pools each candidate's priority over its c->pool nearest candidates on
+ * each side in position order: it ranks by the mean of its own and the best
+ * among them, so a token next to one the attention picked stays with it and
+ * what is kept comes in spans (SnapKV's clustering by pooling, here over a
+ * stream's ranked slots, the protected ones left out; the mean keeps a
+ * token's own rank among its neighbours). See KV_POOL_DEFAULT. */
+static int pool_prios(const struct kv_cfg *c, struct kv_seq *s, struct cand *cand, uint32_t n)
+{
+	uint32_t h = c->pool;
+	uint64_t *key = tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *key);
+	uint32_t *idx = key ? tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *idx) : NULL;
+	float *best = idx ? tkv_malloc(s->alloc, (size_t)n * sizeof *best) : NULL;
+
+	if (!best) {
+		tkv_free(s->alloc, idx);
+		tkv_free(s->alloc, key);
+		return TKV_ERR_NOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		key[i] = (uint32_t)cand[i].pos; /* positions are never negative */
+		idx[i] = i;
+	}
+	radix_sort(key, idx, n);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t lo = i > h ? i - h : 0, hi = n - 1 - i > h ? i + h : n - 1;
+		float own = cand[idx[i]].prio, m = own;
+
+		for (uint32_t k = lo; k <= hi; k++)
+			if (cand[idx[k]].prio > m)
+				m = cand[idx[k]].prio;
+		best[i] = 0.5f * (own + m);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		cand[idx[i]].prio = best[i];
+	tkv_free(s->alloc, best);
+	tkv_free(s->alloc, idx);
+	tkv_free(s->alloc, key);
+	return TKV_OK;
 }
 
 static int cmp_pos(const void *a, const void *b)
@@ -1201,6 +1258,13 @@ static int rank(const struct kv_cfg *c, struct kv_seq *s, struct kv_stream *st, 
 			k->fmt = pg->fmt;
 			r->n_cand++;
 		}
+	}
+	/* a copying head keeps tokens nothing attends to yet: no spans there */
+	if (c->pool && r->n_cand > 1 && st->weight < KV_COPY_WEIGHT) {
+		int rc = pool_prios(c, s, r->cand, r->n_cand);
+
+		if (rc)
+			return rc;
 	}
 	sort_cands(s, r->cand, r->n_cand);
 	return TKV_OK;

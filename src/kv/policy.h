@@ -65,10 +65,20 @@ struct kv_cfg {
 	bool drop_below;                  /* evicts slots under threshold x their fair share */
 	float skip;                       /* cold-page skip margin in logits, 0 = off */
 	float decay, threshold, semantic_weight, recency_weight;
+	uint32_t pool;                    /* neighbours each side a priority is pooled over; 0 = off */
 	size_t seq_budget;                /* default per-sequence K+V budget */
 	float share_cos;                  /* cross-layer sharing (seq.h); 0 = off */
 	uint32_t share_from;              /* its first layer; 0 = the upper half */
 };
+
+/* The head-plan weight from which a stream counts as a copying head
+ * (lc-8k's probe: 2.62 and 3.28 for its two, at most 1.09 for the others;
+ * mean 1): adaptive counts its span as at least the mean (policy.c), and
+ * priority pooling leaves it out. Without the first adaptive starved them by
+ * their narrow attention: lc-8k at 4096 tokens, 1/8 and 1/16, +0.19% /
+ * +5.25% perplexity and 2 / 0 needles of 15, with it -0.24% / +1.18% and
+ * 15 / 6. */
+#define KV_COPY_WEIGHT 1.5
 
 /* Resolves public params for a model's head_dim and group size. TKV_ERR_ARG
  * with a message for inconsistent params (ratios, formats the head size cannot
