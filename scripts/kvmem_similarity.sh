@@ -6,7 +6,7 @@
 # per binary the mean over the prompts, its standard error and the lowest.
 # Several binaries are run on the same prompts (compare builds in one run).
 # Settings: MODEL (models/stories260K.gguf), KV_MEM (105K: 35% of the f16 K+V
-# of 480 tokens), POLICY (tiered), N_GEN (470), PROMPTS (a file, one prompt a
+# of 480 tokens), POLICY (adaptive, the default), N_GEN (470), PROMPTS (a file, one prompt a
 # line; default the 30 story openings below).
 set -eu
 cd "$(dirname "$0")/.."
@@ -56,7 +56,7 @@ for bin in "$@"; do
 		[ -n "$p" ] || continue
 		"$bin" run -m "$model" -p "$p" -n "${N_GEN:-470}" --temp 0 --ignore-eos > "$tmp/full.$i" 2>/dev/null
 		"$bin" run -m "$model" -p "$p" -n "${N_GEN:-470}" --temp 0 --ignore-eos \
-			--kv-policy "${POLICY:-tiered}" --kv-mem "${KV_MEM:-105K}" > "$tmp/mem.$i" 2>/dev/null
+			--kv-policy "${POLICY:-adaptive}" --kv-mem "${KV_MEM:-105K}" > "$tmp/mem.$i" 2>/dev/null
 		i=$((i + 1))
 	done < "$tmp/prompts"
 	python3 - "$tmp" "$i" "$bin" <<'PY'
