@@ -328,7 +328,6 @@ static double fill_left(const struct kv_stream *sts, size_t n, double spare, con
 	return spare;
 }
 
-
 /* A stream's need under a head plan, as a multiple of every token at its
  * cheapest tier: room for the tokens still to come between rounds besides
  * maintenance's slack (below). Measured on lc-8k (4096 tokens, two
@@ -559,10 +558,6 @@ static uint64_t prio_key(const struct cand *k)
 	return (uint64_t)~u << 32 | (uint32_t)~q;
 }
 
-/* Sorts the candidates as qsort with cmp_prio_desc would: an LSD radix sort
- * of their keys, a byte a pass, skipping the bytes every key shares (the
- * positions' high bytes). qsort's comparisons had cost a round a fifth of its
- * time at 1,500 candidates. Falls back to qsort when scratch is short. */
 /* Sorts n keys ascending and their idx with them: an LSD radix sort, a byte
  * a pass, skipping the bytes every key shares. key and idx hold 2n each
  * (the second halves are scratch). */
@@ -594,6 +589,10 @@ static void radix_sort(uint64_t *key, uint32_t *idx, uint32_t n)
 	}
 }
 
+/* Sorts the candidates as qsort with cmp_prio_desc would: an LSD radix sort
+ * of their keys, a byte a pass, skipping the bytes every key shares (the
+ * positions' high bytes). qsort's comparisons had cost a round a fifth of its
+ * time at 1,500 candidates. Falls back to qsort when scratch is short. */
 static void sort_cands(struct kv_seq *s, struct cand *c, uint32_t n)
 {
 	uint64_t *key = n >= 64 ? tkv_malloc(s->alloc, (size_t)n * 2 * sizeof *key) : NULL;
