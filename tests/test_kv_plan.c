@@ -176,7 +176,7 @@ static void test_head_parse(void **state)
 	assert_int_equal(p.mode, TKV_HEADS_UNIFORM);
 	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto", &err), TKV_OK);
 	assert_int_equal(p.mode, TKV_HEADS_AUTO);
-	assert_true(p.mix == 0.5f);
+	assert_true(p.mix == TKV_HEADS_MIX);
 	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto:0.25", &err), TKV_OK);
 	assert_int_equal(p.mode, TKV_HEADS_AUTO);
 	assert_true(p.mix == 0.25f);
@@ -346,7 +346,7 @@ static void test_head_engine(void **state)
 	struct tkv_seq *s = NULL;
 	struct tkv_error err = { 0 };
 	static struct tkv_kv_head_plan hp, again;
-	double wsum = 0.0;
+	double wsum = 0.0, ssum = 0.0;
 	uint32_t n, top = 0, second = 0;
 
 	(void)state;
@@ -385,8 +385,9 @@ static void test_head_engine(void **state)
 	assert_int_equal(hp.n, n);
 	for (uint32_t i = 0; i < n; i++) {
 		assert_true(hp.score[i] > -0.2f && hp.score[i] < 1.0f);
-		assert_true(hp.weight[i] >= 0.5f - 1e-6f);
+		assert_true(hp.weight[i] >= TKV_HEADS_MIX - 1e-6f);
 		wsum += hp.weight[i];
+		ssum += hp.score[i] > 0 ? hp.score[i] : 0;
 		if (hp.score[i] > hp.score[top]) {
 			second = top;
 			top = i;
@@ -395,6 +396,10 @@ static void test_head_engine(void **state)
 		}
 	}
 	assert_true(fabs(wsum - n) < 1e-3);
+	/* mix + (1 - mix) x n x score / sum of scores */
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(fabs(hp.weight[i] - (TKV_HEADS_MIX + (1 - TKV_HEADS_MIX) * n *
+								   (hp.score[i] > 0 ? hp.score[i] : 0) / ssum)) < 1e-4);
 	assert_int_equal(top, 4 * 2 + 1);
 	assert_int_equal(second, 7 * 2 + 0);
 	assert_true(hp.score[top] > 0.25f && hp.score[second] > 0.2f);

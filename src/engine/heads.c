@@ -28,7 +28,7 @@ int tkv_kv_head_plan_parse(struct tkv_kv_head_plan *out, const char *text, struc
 	uint32_t n = 0;
 
 	memset(out, 0, sizeof *out);
-	out->mix = 0.5f;
+	out->mix = TKV_HEADS_MIX;
 	if (!text || !*text)
 		return tkv_errf(err, TKV_ERR_ARG, "head plan: empty (give uniform, auto, auto:MIX or a list of weights)");
 	if (!strcmp(text, "uniform"))
