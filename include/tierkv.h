@@ -356,13 +356,20 @@ void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t 
 #define TKV_HEADS_PROBE 128
 #define TKV_HEADS_PROBE_MIN 32
 #define TKV_HEADS_MIN 0.1f
-#define TKV_HEADS_MIX 0.1f /* auto's default mix (lc-8k: docs/lc-8k.md) */
+/* AUTO's default mix depends on the policy the engine runs (lc-8k, docs/lc-8k.md:
+ * with priority pooling, adaptive at 0.1 keeps the haystack's needles at 1/16
+ * of the f16 cache; tiered at 0.1 loses 48-80% in KL at 1/4 and 1/8):
+ * TKV_HEADS_MIX_ADAPTIVE under TKV_POLICY_ADAPTIVE, TKV_HEADS_MIX otherwise. */
+#define TKV_HEADS_MIX_POLICY (-1.0f)
+#define TKV_HEADS_MIX 0.5f
+#define TKV_HEADS_MIX_ADAPTIVE 0.1f
 enum tkv_head_plan_mode { TKV_HEADS_UNIFORM = 0, TKV_HEADS_AUTO = 1, TKV_HEADS_FIXED = 2 };
 
 struct tkv_kv_head_plan {
 	enum tkv_head_plan_mode mode;
-	float mix;                          /* AUTO: the even part of the split, in [0, 1]
-					     * (TKV_HEADS_MIX) */
+	float mix;                          /* AUTO: the even part of the split, in [0, 1], or
+					     * TKV_HEADS_MIX_POLICY (the default: by policy, above);
+					     * tkv_engine_head_plan reports the mix used */
 	uint32_t n;                         /* FIXED, and as reported: n_layer x n_kv_head */
 	float weight[TKV_MAX_PLAN_HEADS];   /* each head's relative share: FIXED in (0, 1024];
 					     * AUTO with mix 0 gives 0 to heads that do not copy */
@@ -391,7 +398,7 @@ struct tkv_engine_params {
 				 * a page of page_tokens slots, which a fixed layer plan with
 				 * other sizes prevents) */
 	struct tkv_kv_layer_plan layer_plan; /* page size and budget share per layer (uniform) */
-	struct tkv_kv_head_plan head_plan;   /* budget share per KV head (auto, TKV_HEADS_MIX) */
+	struct tkv_kv_head_plan head_plan;   /* budget share per KV head (auto, TKV_HEADS_MIX_POLICY) */
 	struct tkv_alloc *alloc;
 };
 

@@ -176,7 +176,7 @@ static void test_head_parse(void **state)
 	assert_int_equal(p.mode, TKV_HEADS_UNIFORM);
 	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto", &err), TKV_OK);
 	assert_int_equal(p.mode, TKV_HEADS_AUTO);
-	assert_true(p.mix == TKV_HEADS_MIX);
+	assert_true(p.mix == TKV_HEADS_MIX_POLICY);
 	assert_int_equal(tkv_kv_head_plan_parse(&p, "auto:0.25", &err), TKV_OK);
 	assert_int_equal(p.mode, TKV_HEADS_AUTO);
 	assert_true(p.mix == 0.25f);
@@ -337,6 +337,18 @@ static void budget_split(struct tkv_engine *e, struct tkv_model *m, uint32_t n, 
  * whose attention lands on a needle at the answer: layer 4's second KV head
  * and layer 7's first, by far), the same on every start, with weights of
  * mean 1 that follow the scores, and a sequence under a budget keeps to it. */
+/* An auto plan's weights: mix + (1 - mix) x n x score / sum of scores. */
+static void check_mix(const struct tkv_kv_head_plan *hp, uint32_t n)
+{
+	double ssum = 0.0;
+
+	for (uint32_t i = 0; i < n; i++)
+		ssum += hp->score[i] > 0 ? hp->score[i] : 0;
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(fabs(hp->weight[i] -
+				 (hp->mix + (1 - hp->mix) * n * (hp->score[i] > 0 ? hp->score[i] : 0) / ssum)) < 1e-4);
+}
+
 static void test_head_engine(void **state)
 {
 	struct tkv_model *m = load_named("lc-8k.gguf");
@@ -346,7 +358,7 @@ static void test_head_engine(void **state)
 	struct tkv_seq *s = NULL;
 	struct tkv_error err = { 0 };
 	static struct tkv_kv_head_plan hp, again;
-	double wsum = 0.0, ssum = 0.0;
+	double wsum = 0.0;
 	uint32_t n, top = 0, second = 0;
 
 	(void)state;
@@ -385,9 +397,8 @@ static void test_head_engine(void **state)
 	assert_int_equal(hp.n, n);
 	for (uint32_t i = 0; i < n; i++) {
 		assert_true(hp.score[i] > -0.2f && hp.score[i] < 1.0f);
-		assert_true(hp.weight[i] >= TKV_HEADS_MIX - 1e-6f);
+		assert_true(hp.weight[i] >= hp.mix - 1e-6f);
 		wsum += hp.weight[i];
-		ssum += hp.score[i] > 0 ? hp.score[i] : 0;
 		if (hp.score[i] > hp.score[top]) {
 			second = top;
 			top = i;
@@ -396,10 +407,9 @@ static void test_head_engine(void **state)
 		}
 	}
 	assert_true(fabs(wsum - n) < 1e-3);
-	/* mix + (1 - mix) x n x score / sum of scores */
-	for (uint32_t i = 0; i < n; i++)
-		assert_true(fabs(hp.weight[i] - (TKV_HEADS_MIX + (1 - TKV_HEADS_MIX) * n *
-								   (hp.score[i] > 0 ? hp.score[i] : 0) / ssum)) < 1e-4);
+	/* the default policy's mix */
+	assert_true(hp.mix == TKV_HEADS_MIX_ADAPTIVE);
+	check_mix(&hp, n);
 	assert_int_equal(top, 4 * 2 + 1);
 	assert_int_equal(second, 7 * 2 + 0);
 	assert_true(hp.score[top] > 0.25f && hp.score[second] > 0.2f);
@@ -412,6 +422,13 @@ static void test_head_engine(void **state)
 	tkv_engine_free(e);
 	ep.kv.policy = TKV_POLICY_TIERED;
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
+	/* tiered's default mix, on the same scores */
+	tkv_engine_head_plan(e, &again);
+	assert_true(again.mix == TKV_HEADS_MIX);
+	check_mix(&again, n);
+	for (uint32_t i = 0; i < n; i++)
+		assert_true(again.score[i] == hp.score[i]);
+	assert_true(again.weight[top] < hp.weight[top]);
 	budget_split(e, m, n, top, true);
 	ep.kv.policy = TKV_POLICY_ADAPTIVE;
 	tkv_engine_free(e);

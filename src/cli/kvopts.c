@@ -149,8 +149,8 @@ void cli_kv_help(void)
 	       "                         one PAGES[:WEIGHT] per layer, e.g. 32:0.5,32:0.5,16,16,8:2\n"
 	       "      --kv-heads H       budget share per KV head: auto[:MIX] (default: the heads that\n"
 	       "                         copy from far back, found by a probe at start, get more;\n"
-	       "                         MIX the even part, 0.1), uniform, or one weight per layer\n"
-	       "                         and KV head, layer-major, e.g. 1,3,1,1\n"
+	       "                         MIX the even part: 0.1 under adaptive, else 0.5), uniform, or\n"
+	       "                         one weight per layer and KV head, layer-major, e.g. 1,3,1,1\n"
 	       "      --kv-stats         print the cache's tiers and decisions at the end\n");
 }
 

@@ -30,7 +30,7 @@ struct tkv_engine_params tkv_engine_default_params(void)
 		.n_ctx = 0,
 		.n_batch = 64,
 		.kv = tkv_kv_policy_default_params(),
-		.head_plan = { .mode = TKV_HEADS_AUTO, .mix = TKV_HEADS_MIX },
+		.head_plan = { .mode = TKV_HEADS_AUTO, .mix = TKV_HEADS_MIX_POLICY },
 		.alloc = NULL,
 	};
 	return p;

@@ -22,13 +22,23 @@
 #include "util/alloc.h"
 #include "util/status.h"
 
+/* The mix an AUTO plan uses: the plan's, or its policy's default. */
+static float head_mix(const struct tkv_engine *e)
+{
+	float m = e->params.head_plan.mix;
+
+	if (m != TKV_HEADS_MIX_POLICY)
+		return m;
+	return e->params.kv.policy == TKV_POLICY_ADAPTIVE ? TKV_HEADS_MIX_ADAPTIVE : TKV_HEADS_MIX;
+}
+
 int tkv_kv_head_plan_parse(struct tkv_kv_head_plan *out, const char *text, struct tkv_error *err)
 {
 	const char *p = text;
 	uint32_t n = 0;
 
 	memset(out, 0, sizeof *out);
-	out->mix = TKV_HEADS_MIX;
+	out->mix = TKV_HEADS_MIX_POLICY;
 	if (!text || !*text)
 		return tkv_errf(err, TKV_ERR_ARG, "head plan: empty (give uniform, auto, auto:MIX or a list of weights)");
 	if (!strcmp(text, "uniform"))
@@ -159,6 +169,7 @@ static void probe_forget(struct tkv_engine *e)
 int heads_init(struct tkv_engine *e, struct tkv_error *err)
 {
 	const struct tkv_kv_head_plan *hp = &e->params.head_plan;
+	const double mix = head_mix(e);
 	const struct tkv_model_info *in = &e->model->info;
 	uint32_t n = in->n_layer * in->n_kv_head, group = in->n_head / in->n_kv_head;
 	uint32_t half = TKV_HEADS_PROBE;
@@ -177,7 +188,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	if (hp->mode == TKV_HEADS_FIXED && hp->n != n)
 		return tkv_errf(err, TKV_ERR_ARG, "the head plan lists %u weights; the model has %u layers x %u KV heads = %u",
 				hp->n, in->n_layer, in->n_kv_head, n);
-	if (hp->mode == TKV_HEADS_AUTO && !(hp->mix >= 0 && hp->mix <= 1))
+	if (hp->mode == TKV_HEADS_AUTO && hp->mix != TKV_HEADS_MIX_POLICY && !(hp->mix >= 0 && hp->mix <= 1))
 		return tkv_errf(err, TKV_ERR_ARG, "head plan: mix %g is not in [0, 1]", hp->mix);
 	if (hp->mode == TKV_HEADS_FIXED) {
 		for (uint32_t i = 0; i < n; i++)
@@ -240,7 +251,7 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	for (uint32_t i = 0; !st && i < n; i++) {
 		double s = score[i] > 0 ? score[i] : 0;
 
-		w[i] = top < TKV_HEADS_MIN ? 1.0f : (float)(hp->mix + (1 - hp->mix) * n * s / sum);
+		w[i] = top < TKV_HEADS_MIN ? 1.0f : (float)(mix + (1 - mix) * n * s / sum);
 	}
 	tkv_free(e->alloc, ids);
 	tkv_free(e->alloc, copy);
@@ -274,7 +285,7 @@ void tkv_engine_head_plan(const struct tkv_engine *e, struct tkv_kv_head_plan *o
 
 	memset(out, 0, sizeof *out);
 	out->mode = e->params.head_plan.mode;
-	out->mix = e->params.head_plan.mix;
+	out->mix = head_mix(e);
 	out->unprobed = e->heads_unprobed || (out->mode == TKV_HEADS_AUTO && !e->head_score);
 	out->probe_tokens = e->head_score ? e->heads_probe : 0;
 	out->n = n <= TKV_MAX_PLAN_HEADS ? n : TKV_MAX_PLAN_HEADS;
