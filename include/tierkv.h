@@ -358,7 +358,7 @@ void tkv_kv_layer_plan_str(const struct tkv_kv_layer_plan *p, char *buf, size_t 
 #define TKV_HEADS_MIN 0.1f
 /* AUTO's default mix depends on the policy the engine runs (lc-8k, docs/lc-8k.md:
  * with priority pooling, adaptive at 0.1 keeps the haystack's needles at 1/16
- * of the f16 cache; tiered at 0.1 loses 48-80% in KL at 1/4 and 1/8):
+ * of the f16 cache; at 0.1 tiered's KL at 1/4 and 1/8 rose by 48-80%):
  * TKV_HEADS_MIX_ADAPTIVE under TKV_POLICY_ADAPTIVE, TKV_HEADS_MIX otherwise. */
 #define TKV_HEADS_MIX_POLICY (-1.0f)
 #define TKV_HEADS_MIX 0.5f
