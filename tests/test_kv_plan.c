@@ -332,11 +332,6 @@ static void budget_split(struct tkv_engine *e, struct tkv_model *m, uint32_t n, 
 	tkv_seq_free(s);
 }
 
-/* The engine's head plans: a wrong weight count is refused; fixed weights
- * reach every sequence; AUTO on lc-8k finds its copying heads (the ones
- * whose attention lands on a needle at the answer: layer 4's second KV head
- * and layer 7's first, by far), the same on every start, with weights of
- * mean 1 that follow the scores, and a sequence under a budget keeps to it. */
 /* An auto plan's weights: mix + (1 - mix) x n x score / sum of scores. */
 static void check_mix(const struct tkv_kv_head_plan *hp, uint32_t n)
 {
@@ -349,6 +344,11 @@ static void check_mix(const struct tkv_kv_head_plan *hp, uint32_t n)
 				 (hp->mix + (1 - hp->mix) * n * (hp->score[i] > 0 ? hp->score[i] : 0) / ssum)) < 1e-4);
 }
 
+/* The engine's head plans: a wrong weight count is refused; fixed weights
+ * reach every sequence; AUTO on lc-8k finds its copying heads (the ones
+ * whose attention lands on a needle at the answer: layer 4's second KV head
+ * and layer 7's first, by far), the same on every start, with weights of
+ * mean 1 that follow the scores, and a sequence under a budget keeps to it. */
 static void test_head_engine(void **state)
 {
 	struct tkv_model *m = load_named("lc-8k.gguf");
@@ -381,6 +381,14 @@ static void test_head_engine(void **state)
 	tkv_engine_free(e);
 
 	assert_int_equal(tkv_kv_head_plan_parse(&ep.head_plan, "auto", &err), TKV_OK);
+	/* a mix outside [0, 1] other than TKV_HEADS_MIX_POLICY is refused */
+	for (int k = 0; k < 2; k++) {
+		ep.head_plan.mix = k ? -0.5f : 1.5f;
+		err.msg[0] = 0;
+		assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_ERR_ARG);
+		assert_non_null(strstr(err.msg, "mix"));
+	}
+	ep.head_plan.mix = TKV_HEADS_MIX_POLICY;
 	assert_int_equal(tkv_engine_init(&e, m, &ep, &err), TKV_OK);
 	{
 		/* the probe leaves no trace in the engine's figures */

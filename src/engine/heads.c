@@ -188,8 +188,8 @@ int heads_init(struct tkv_engine *e, struct tkv_error *err)
 	if (hp->mode == TKV_HEADS_FIXED && hp->n != n)
 		return tkv_errf(err, TKV_ERR_ARG, "the head plan lists %u weights; the model has %u layers x %u KV heads = %u",
 				hp->n, in->n_layer, in->n_kv_head, n);
-	if (hp->mode == TKV_HEADS_AUTO && hp->mix != TKV_HEADS_MIX_POLICY && !(hp->mix >= 0 && hp->mix <= 1))
-		return tkv_errf(err, TKV_ERR_ARG, "head plan: mix %g is not in [0, 1]", hp->mix);
+	if (hp->mode == TKV_HEADS_AUTO && !(mix >= 0 && mix <= 1))
+		return tkv_errf(err, TKV_ERR_ARG, "head plan: mix %g is not in [0, 1]", mix);
 	if (hp->mode == TKV_HEADS_FIXED) {
 		for (uint32_t i = 0; i < n; i++)
 			if (!(hp->weight[i] > 0 && hp->weight[i] <= 1024))
